@@ -1,0 +1,55 @@
+"""Outputs appear whole or not at all: written to a temporary sibling, renamed into place."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from .errors import ErrorCode, ToolFailure
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` in one rename; readers never see a partial file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def staged_directory(target: Path, *, replace: bool = False) -> Iterator[Path]:
+    """Yield a temporary sibling directory; on success it becomes `target`, on failure it vanishes.
+
+    An existing `target` is refused unless `replace` is set, and is only swapped out once the
+    new content is complete.
+    """
+    if target.exists() and not replace:
+        raise ToolFailure(
+            ErrorCode.BAD_INPUT,
+            f"{target.name} already exists; choose a new output directory or pass overwrite=true.",
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
+    try:
+        yield staging
+        if target.exists():
+            retired = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent))
+            os.replace(target, retired / "old")
+            os.replace(staging, target)
+            shutil.rmtree(retired, ignore_errors=True)
+        else:
+            os.replace(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise

@@ -1,0 +1,118 @@
+"""The MCP server: tool registration from the tool list, and the policy middleware."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS, ToolAnnotations
+
+from .. import __version__
+from ..core.errors import ErrorCode, ToolFailure
+from ..core.policy import Effect
+from ..tools import ALL_TOOLS, served_tools
+from ..tools.base import Runtime, ToolEnv, ToolSpec, invoke
+
+log = logging.getLogger("vllm_metax_mcp")
+
+REVIEW_MODE_RPC_CODE = -32003
+"""JSON-RPC error code for a *writes* tool called in review mode (data.code is "review_mode")."""
+
+INSTRUCTIONS = """\
+Tools for upgrading vLLM-MetaX model code to a newer upstream vLLM and for trimming checkpoints.
+Start with `environment` (action=show, then establish) to record the plugin repository, the
+upstream source, the target revision and the interpreter; later tools reuse that record.
+Every tool that reads plugin code takes an explicit subject: worktree, index (staged), revision,
+directory or installed. In review mode (--mode review) tools that write files are not offered
+and nothing in the reviewed repository changes. Long work returns a job id: poll it with `jobs`.
+Cite `result_id` values of earlier results as evidence."""
+
+
+def annotations_for(spec: ToolSpec) -> ToolAnnotations:
+    """The effect class decides the hints; a tool adds only idempotence and destructiveness."""
+    return ToolAnnotations(
+        title=spec.title,
+        read_only_hint=spec.effect is Effect.READS,
+        destructive_hint=spec.destructive if spec.effect is Effect.WRITES else False,
+        idempotent_hint=spec.idempotent,
+        open_world_hint=False,
+    )
+
+
+def _handler(spec: ToolSpec, runtime: Runtime):
+    """An MCP handler whose signature is the tool's input model, so clients get its schema."""
+
+    async def handler(ctx: Context, **arguments: Any) -> Any:
+        async def progress(done: float, total: float | None, message: str | None) -> None:
+            await ctx.report_progress(done, total, message)
+
+        env = ToolEnv(runtime=runtime, tool=spec.name, progress=progress)
+        try:
+            return await invoke(spec, arguments, env)
+        except ToolFailure as failure:
+            raise ToolError(json.dumps({"error": failure.to_dict()})) from None
+
+    parameters = [
+        inspect.Parameter(
+            name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=inspect.Parameter.empty if info.is_required() else info.get_default(call_default_factory=True),
+            annotation=Annotated[info.annotation, info] if info.description else info.annotation,
+        )
+        for name, info in spec.input_model.model_fields.items()
+    ]
+    parameters.append(inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context))
+    handler.__signature__ = inspect.Signature(parameters, return_annotation=spec.output_model)  # type: ignore[attr-defined]
+    handler.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": spec.output_model}
+    handler.__name__ = spec.name
+    return handler
+
+
+def _policy_middleware(served: set[str], tools: tuple[ToolSpec, ...]):
+    known = {t.name: t for t in tools}
+
+    async def middleware(ctx: Any, call_next: Any) -> Any:
+        if ctx.method == "tools/call":
+            name = (ctx.params or {}).get("name")
+            if name not in served:
+                if name in known and known[name].effect is Effect.WRITES:
+                    raise MCPError(
+                        code=REVIEW_MODE_RPC_CODE,
+                        message=f"{name} writes files and this server runs in review mode; it is refused.",
+                        data={"code": ErrorCode.REVIEW_MODE.value, "tool": name},
+                    )
+                raise MCPError(
+                    code=INVALID_PARAMS,
+                    message=f"Unknown tool: {name!r}. Call tools/list for the tools this server offers.",
+                    data={"code": ErrorCode.NOT_FOUND.value},
+                )
+        return await call_next(ctx)
+
+    return middleware
+
+
+def build_server(runtime: Runtime, tools: tuple[ToolSpec, ...] = ALL_TOOLS) -> MCPServer:
+    served = served_tools(runtime.policy.mode, tools)
+    server = MCPServer(
+        "vllm-metax-mcp",
+        title="vLLM-MetaX upgrade and trim tools",
+        instructions=INSTRUCTIONS,
+        version=__version__,
+        log_level="WARNING",
+    )
+    for spec in served:
+        server.add_tool(
+            _handler(spec, runtime),
+            name=spec.name,
+            title=spec.title,
+            description=spec.description,
+            annotations=annotations_for(spec),
+            structured_output=True,
+        )
+    server.middleware.append(_policy_middleware({t.name for t in served}, tools))
+    return server

@@ -1,0 +1,14 @@
+"""Every tool the server offers, declared once; the server and the CLI both read this list."""
+
+from __future__ import annotations
+
+from ..core.policy import Effect, Mode
+from . import jobs
+from .base import ToolSpec
+
+ALL_TOOLS: tuple[ToolSpec, ...] = (jobs.SPEC,)
+
+
+def served_tools(mode: Mode, tools: tuple[ToolSpec, ...] = ALL_TOOLS) -> tuple[ToolSpec, ...]:
+    """Review mode serves no *writes* tool at all."""
+    return tuple(t for t in tools if not (mode is Mode.REVIEW and t.effect is Effect.WRITES))
