@@ -7,10 +7,12 @@ import json
 import logging
 from typing import Annotated, Any
 
-from mcp.server.mcpserver import Context, MCPServer
+import anyio
+from mcp.server.mcpserver import AcceptedElicitation, Context, Elicit, ElicitationResult, MCPServer, Resolve
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, ToolAnnotations
+from pydantic import BaseModel, Field, ValidationError
 
 from .. import __version__
 from ..core.errors import ErrorCode, ToolFailure
@@ -22,6 +24,9 @@ log = logging.getLogger("vllm_metax_mcp")
 
 REVIEW_MODE_RPC_CODE = -32003
 """JSON-RPC error code for a *writes* tool called in review mode (data.code is "review_mode")."""
+
+ANSWER_PARAMETER = "user_answer"
+NOT_ASKED = "not_asked"
 
 INSTRUCTIONS = """\
 Tools for upgrading vLLM-MetaX model code to a newer upstream vLLM and for trimming checkpoints.
@@ -44,6 +49,43 @@ def annotations_for(spec: ToolSpec) -> ToolAnnotations:
     )
 
 
+class Confirmation(BaseModel):
+    confirm: bool = Field(description="Yes to confirm.")
+
+
+def _question_resolver(spec: ToolSpec, runtime: Runtime):
+    """Ask the tool's question through elicitation (both protocol eras), where the client can answer."""
+    question = spec.question
+    assert question is not None
+
+    async def ask(ctx: Context, **arguments: Any) -> Any:
+        capabilities = ctx.client_capabilities
+        if capabilities is None or capabilities.elicitation is None:
+            return NOT_ASKED
+        try:
+            args = spec.input_model.model_validate(arguments)
+        except ValidationError:
+            return NOT_ASKED
+        text = await anyio.to_thread.run_sync(question, args, ToolEnv(runtime=runtime, tool=spec.name))
+        return NOT_ASKED if text is None else Elicit(text, Confirmation)
+
+    fields = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY) for name in spec.input_model.model_fields]
+    ask.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context), *fields]
+    )
+    ask.__annotations__ = {"ctx": Context}
+    ask.__qualname__ = f"ask_{spec.name}"
+    return ask
+
+
+def _user_answer(outcome: Any) -> str:
+    if isinstance(outcome, AcceptedElicitation):
+        if isinstance(outcome.data, Confirmation):
+            return "accepted" if outcome.data.confirm else "declined"
+        return "not_asked"
+    return "declined"
+
+
 def _handler(spec: ToolSpec, runtime: Runtime):
     """An MCP handler whose signature is the tool's input model, so clients get its schema."""
 
@@ -51,7 +93,8 @@ def _handler(spec: ToolSpec, runtime: Runtime):
         async def progress(done: float, total: float | None, message: str | None) -> None:
             await ctx.report_progress(done, total, message)
 
-        env = ToolEnv(runtime=runtime, tool=spec.name, progress=progress)
+        outcome = arguments.pop(ANSWER_PARAMETER, None)
+        env = ToolEnv(runtime=runtime, tool=spec.name, progress=progress, user_answer=_user_answer(outcome))
         try:
             return await invoke(spec, arguments, env)
         except ToolFailure as failure:
@@ -67,6 +110,9 @@ def _handler(spec: ToolSpec, runtime: Runtime):
         for name, info in spec.input_model.model_fields.items()
     ]
     parameters.append(inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context))
+    if spec.question is not None:
+        answer_type = Annotated[ElicitationResult[Confirmation], Resolve(_question_resolver(spec, runtime))]
+        parameters.append(inspect.Parameter(ANSWER_PARAMETER, inspect.Parameter.KEYWORD_ONLY, annotation=answer_type))
     handler.__signature__ = inspect.Signature(parameters, return_annotation=spec.output_model)  # type: ignore[attr-defined]
     handler.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": spec.output_model}
     handler.__name__ = spec.name

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from ..core.policy import Effect, Mode
-from . import jobs
+from . import environment, export_snapshot, jobs
 from .base import ToolSpec
 
-ALL_TOOLS: tuple[ToolSpec, ...] = (jobs.SPEC,)
+ALL_TOOLS: tuple[ToolSpec, ...] = (environment.SPEC, export_snapshot.SPEC, jobs.SPEC)
 
 
 def served_tools(mode: Mode, tools: tuple[ToolSpec, ...] = ALL_TOOLS) -> tuple[ToolSpec, ...]:

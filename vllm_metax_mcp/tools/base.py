@@ -26,7 +26,7 @@ JOB_WAIT_S = 20.0
 """How long a call waits for its job before answering with the job's id and progress."""
 
 ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
-ElicitFn = Callable[[str, type[BaseModel]], Awaitable[BaseModel | None]]
+UserAnswer = Literal["accepted", "declined", "not_asked"]
 
 
 class ToolOutput(BaseModel):
@@ -56,6 +56,8 @@ class ToolSpec:
     title: str
     idempotent: bool = True
     destructive: bool = False
+    question: Callable[[BaseModel, "ToolEnv"], str | None] | None = None
+    """A yes/no question for the user before the tool runs (asked through elicitation where the client can)."""
 
     @property
     def description(self) -> str:
@@ -92,7 +94,8 @@ class ToolEnv:
     runtime: Runtime
     tool: str
     progress: ProgressFn | None = None
-    elicit: ElicitFn | None = None
+    user_answer: UserAnswer = "not_asked"
+    """The user's answer to the tool's question; "not_asked" where the client cannot elicit (or the CLI)."""
 
     @property
     def policy(self) -> Policy:

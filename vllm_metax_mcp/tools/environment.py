@@ -1,0 +1,233 @@
+"""Tool `environment`: probe, record and confirm what an upgrade or review runs against."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from ..core.environment import (
+    UpstreamMapping,
+    carry_confirmation,
+    check_interpreter,
+    confirmation_for,
+    default_python,
+    instruction_files,
+    load_record,
+    resolve_upstream,
+    run_probe,
+    runtime_package_dir,
+    runtime_source,
+    save_record,
+)
+from ..core.errors import ErrorCode, ToolFailure, bad_input
+from ..core.policy import Effect
+from ..core.subjects import SubjectKind
+from .base import ToolEnv, ToolOutput, ToolSpec
+from .common import SubjectArgs, open_plugin_repo, open_plugin_subject
+
+
+class EnvironmentInput(SubjectArgs):
+    action: Literal["show", "establish", "confirm"] = Field(
+        default="show",
+        description="show the record; establish (probe and record) it; confirm the recorded upstream and target.",
+    )
+    upstream: str | None = Field(default=None, description="Upstream vLLM: a git repository (with target) or a source directory.")
+    target: str | None = Field(default=None, description="Upstream revision to upgrade to (git upstream only).")
+    python: str | None = Field(default=None, description="Target interpreter for establish (default: python3 on PATH).")
+
+
+class ModuleReport(BaseModel):
+    version: str | None = None
+    origin: str | None = None
+    error: str | None = None
+
+
+class Distribution(BaseModel):
+    name: str
+    version: str
+
+
+class Plugin(BaseModel):
+    name: str
+    value: str
+
+
+class EnvironmentOutput(ToolOutput):
+    action: str
+    record_exists: bool = False
+    subject: str | None = None
+    subject_tree_hash: str | None = None
+    subject_drifted: bool | None = Field(default=None, description="True when the subject changed since the record was made.")
+    upstream: dict[str, Any] | None = None
+    python: str | None = None
+    python_version: str | None = None
+    modules: dict[str, ModuleReport] = Field(default_factory=dict)
+    distributions: list[Distribution] = Field(default_factory=list)
+    platform_plugins: list[Plugin] = Field(default_factory=list)
+    general_plugins: list[Plugin] = Field(default_factory=list)
+    plugins_filter: str | None = Field(default=None, description="VLLM_PLUGINS as the probe saw it (None: all load).")
+    runtime_source: Literal["reviewed_repository", "other_copy", "not_importable"] | None = None
+    instruction_files: list[str] = Field(default_factory=list, description="Read these before changing anything.")
+    probe_id: str | None = None
+    confirmed: bool = False
+    confirmed_by: Literal["user", "caller"] | None = None
+    next_step: str = ""
+
+
+def _output(action: str, record: dict[str, Any], drifted: bool | None = None) -> EnvironmentOutput:
+    report = record.get("probe", {})
+    plugins = report.get("plugins", {})
+    confirmation = record.get("confirmation")
+    if record.get("upstream") is None:
+        next_step = "No upstream recorded: analysis tools need one; trim and smoke tests do not."
+    elif confirmation:
+        next_step = "The target is confirmed; recording tools may use it."
+    else:
+        next_step = "Ask the user to confirm the upstream and target, then call action=confirm naming them."
+    return EnvironmentOutput(
+        action=action,
+        record_exists=True,
+        subject=record["subject"],
+        subject_tree_hash=record["subject_tree_hash"],
+        subject_drifted=drifted,
+        upstream=record.get("upstream"),
+        python=record["python"],
+        python_version=report.get("python", {}).get("version"),
+        modules={name: ModuleReport(**{k: m.get(k) for k in ("version", "origin", "error")}) for name, m in report.get("modules", {}).items()},
+        distributions=report.get("distributions", []),
+        platform_plugins=plugins.get("vllm.platform_plugins", []),
+        general_plugins=plugins.get("vllm.general_plugins", []),
+        plugins_filter=report.get("vllm_plugins_filter"),
+        runtime_source=record["runtime_source"],
+        instruction_files=record["instruction_files"],
+        probe_id=record["probe_id"],
+        confirmed=confirmation is not None,
+        confirmed_by=(confirmation or {}).get("confirmed_by"),
+        next_step=next_step,
+    )
+
+
+def _establish(args: EnvironmentInput, env: ToolEnv) -> EnvironmentOutput:
+    repo = open_plugin_repo(args, env)
+    if repo is None:
+        raise bad_input("establish needs the plugin git repository (subject worktree, index, revision or installed).")
+    subject = open_plugin_subject(args, env, repo)
+    mapping = resolve_upstream(env.policy, args.upstream, args.target) if args.upstream else None
+    python = check_interpreter(args.python or default_python())
+    probe_id, report = run_probe(python, env.store)
+    package_dir = runtime_package_dir(report)
+    previous = load_record(env.store, repo)
+    record = {
+        "plugin_repo": str(repo.top),
+        "subject": subject.label,
+        "subject_kind": args.subject.value,
+        "revision": args.revision,
+        "subject_tree_hash": subject.tree_hash(),
+        "upstream": mapping.as_dict() if mapping else None,
+        "python": str(python),
+        "probe_id": probe_id,
+        "probe": report,
+        "site_dirs": report.get("python", {}).get("site_dirs", []),
+        "runtime_package_dir": str(package_dir) if package_dir else None,
+        "runtime_source": runtime_source(report, repo),
+        "instruction_files": instruction_files(subject),
+        "confirmation": carry_confirmation(previous, mapping),
+        "established_at": time.time(),
+    }
+    save_record(env.store, repo, record)
+    return _output("establish", record)
+
+
+def _recorded(args: EnvironmentInput, env: ToolEnv) -> tuple[Any, dict[str, Any]]:
+    repo = open_plugin_repo(args, env)
+    record = load_record(env.store, repo) if repo else None
+    if record is None:
+        raise ToolFailure(ErrorCode.NOT_FOUND, "No environment record for this repository: call action=establish first.")
+    return repo, record
+
+
+def confirmation_question(args: BaseModel, env: ToolEnv) -> str | None:
+    """The question put to the user (through elicitation) before a confirm is recorded."""
+    if not isinstance(args, EnvironmentInput) or args.action != "confirm":
+        return None
+    try:
+        _, record = _recorded(args, env)
+        _check_names_record(args, env, record)
+    except ToolFailure:
+        return None  # the tool itself refuses with the precise reason
+    upstream = record["upstream"]
+    target = f" at {upstream['target']} ({upstream['target_commit'][:12]})" if upstream.get("target_commit") else ""
+    return f"Use {upstream['path']}{target} as the upstream vLLM target for {record['plugin_repo']}?"
+
+
+def _check_names_record(args: EnvironmentInput, env: ToolEnv, record: dict[str, Any]) -> dict[str, Any]:
+    upstream = record.get("upstream")
+    if upstream is None:
+        raise bad_input("The record has no upstream to confirm: establish with upstream (and target) first.")
+    if not args.upstream:
+        raise bad_input("confirm must name the upstream (and target) it confirms.")
+    named: UpstreamMapping = resolve_upstream(env.policy, args.upstream, args.target)
+    if not named.same_as(upstream):
+        raise ToolFailure(
+            ErrorCode.TARGET_UNCONFIRMED,
+            "confirm names a different upstream or target than the record holds; establish that mapping first, "
+            "or confirm the recorded one.",
+        )
+    return upstream
+
+
+def _confirm(args: EnvironmentInput, env: ToolEnv) -> EnvironmentOutput:
+    repo, record = _recorded(args, env)
+    upstream = _check_names_record(args, env, record)
+    if env.user_answer == "declined":
+        output = _output("confirm", record)
+        output.next_step = "The user declined this target: establish the upstream and target they want."
+        return output
+    confirmed_by = "user" if env.user_answer == "accepted" else "caller"
+    record["confirmation"] = confirmation_for(upstream, confirmed_by)
+    save_record(env.store, repo, record)
+    return _output("confirm", record)
+
+
+def _show(args: EnvironmentInput, env: ToolEnv) -> EnvironmentOutput:
+    repo = open_plugin_repo(args, env)
+    record = load_record(env.store, repo) if repo else None
+    if record is None:
+        return EnvironmentOutput(
+            action="show",
+            next_step="No record yet: call action=establish with plugin_repo, subject, upstream, target and python.",
+        )
+    for site in record.get("site_dirs", []):
+        env.policy.allow_read(site)
+    current = open_plugin_subject(args.model_copy(update={"subject": SubjectKind(record["subject_kind"]), "revision": record.get("revision")}), env, repo)
+    return _output("show", record, drifted=current.tree_hash() != record["subject_tree_hash"])
+
+
+def environment(args: EnvironmentInput, env: ToolEnv) -> EnvironmentOutput:
+    """Show, establish or confirm the environment record (interpreter, versions and import origins,
+    plugin repository and subject, upstream source and target).
+
+    Call this first. establish runs one isolated, read-only probe of the target interpreter; confirm
+    records the user's confirmation of the upstream and target, asked once and reused while unchanged.
+    """
+    if args.python and args.action != "establish":
+        raise bad_input("python is only taken by action=establish.")
+    if args.action == "establish":
+        return _establish(args, env)
+    if args.action == "confirm":
+        return _confirm(args, env)
+    return _show(args, env)
+
+
+SPEC = ToolSpec(
+    name="environment",
+    effect=Effect.READS,
+    run=environment,
+    input_model=EnvironmentInput,
+    output_model=EnvironmentOutput,
+    title="Environment record",
+    idempotent=False,
+    question=confirmation_question,
+)
