@@ -154,7 +154,7 @@ def test_review_mode_leaves_the_repository_byte_identical(workspace: dict[str, P
 
     before = snapshot()
     python = make_venv(workspace["root"] / "venv", pth_target=plugin)
-    for subject in ("worktree", "index", "installed"):
+    for subject in ("installed", "worktree", "index"):
         establish(workspace, python, mode="review", subject=subject)
     call(workspace, {"action": "confirm", "upstream": "upstream", "target": "v1"}, mode="review")
     call(workspace, {"action": "show"}, mode="review")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, Field
 
 from ..core.environment import load_record
@@ -27,10 +29,14 @@ def open_plugin_repo(args: SubjectArgs, env: ToolEnv) -> Repository | None:
     return open_repository(args.plugin_repo, env.policy)
 
 
-def open_plugin_subject(args: SubjectArgs, env: ToolEnv, repo: Repository | None) -> Subject:
+def open_plugin_subject(
+    args: SubjectArgs, env: ToolEnv, repo: Repository | None, record: dict[str, Any] | None = None
+) -> Subject:
+    """The subject a call names; `installed` comes from the given (or stored) environment record."""
     origin = None
     if args.subject is SubjectKind.INSTALLED:
-        record = load_record(env.store, repo) if repo else None
+        if record is None and repo is not None:
+            record = load_record(env.store, repo)
         origin = (record or {}).get("runtime_package_dir")
         for site in (record or {}).get("site_dirs", []):
             env.policy.allow_read(site)

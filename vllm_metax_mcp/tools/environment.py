@@ -113,11 +113,14 @@ def _establish(args: EnvironmentInput, env: ToolEnv) -> EnvironmentOutput:
     repo = open_plugin_repo(args, env)
     if repo is None:
         raise bad_input("establish needs the plugin git repository (subject worktree, index, revision or installed).")
-    subject = open_plugin_subject(args, env, repo)
     mapping = resolve_upstream(env.policy, args.upstream, args.target) if args.upstream else None
     python = check_interpreter(args.python or default_python())
     probe_id, report = run_probe(python, env.store)
     package_dir = runtime_package_dir(report)
+    site_dirs = report.get("python", {}).get("site_dirs", [])
+    subject = open_plugin_subject(
+        args, env, repo, record={"runtime_package_dir": str(package_dir) if package_dir else None, "site_dirs": site_dirs}
+    )
     previous = load_record(env.store, repo)
     record = {
         "plugin_repo": str(repo.top),
@@ -129,7 +132,7 @@ def _establish(args: EnvironmentInput, env: ToolEnv) -> EnvironmentOutput:
         "python": str(python),
         "probe_id": probe_id,
         "probe": report,
-        "site_dirs": report.get("python", {}).get("site_dirs", []),
+        "site_dirs": site_dirs,
         "runtime_package_dir": str(package_dir) if package_dir else None,
         "runtime_source": runtime_source(report, repo),
         "instruction_files": instruction_files(subject),
