@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from ..core.policy import Effect, Mode
-from . import environment, export_snapshot, jobs
+from . import environment, export_snapshot, jobs, trace_dependency
 from .base import ToolSpec
 
-ALL_TOOLS: tuple[ToolSpec, ...] = (environment.SPEC, export_snapshot.SPEC, jobs.SPEC)
+ALL_TOOLS: tuple[ToolSpec, ...] = (
+    environment.SPEC,
+    trace_dependency.SPEC,
+    export_snapshot.SPEC,
+    jobs.SPEC,
+)
 
 
 def served_tools(mode: Mode, tools: tuple[ToolSpec, ...] = ALL_TOOLS) -> tuple[ToolSpec, ...]:

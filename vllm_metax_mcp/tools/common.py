@@ -6,9 +6,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from ..core.environment import load_record
+from ..core.environment import UpstreamMapping, load_record, resolve_upstream
+from ..core.errors import bad_input, not_found
 from ..core.git import Repository, open_repository
-from ..core.subjects import Subject, SubjectKind, SubjectRequest, open_subject
+from ..core.subjects import RevisionSubject, Subject, SubjectKind, SubjectRequest, open_subject
 from .base import ToolEnv
 
 
@@ -42,3 +43,27 @@ def open_plugin_subject(
             env.policy.allow_read(site)
     request = SubjectRequest(args.subject, path=args.directory, revision=args.revision, installed_origin=origin)
     return open_subject(env.policy, request, repo)
+
+
+class UpstreamArgs(SubjectArgs):
+    upstream: str | None = Field(default=None, description="Upstream vLLM (git repository or directory); default: the environment record's.")
+    target: str | None = Field(default=None, description="Upstream revision; default: the environment record's target.")
+
+
+def open_upstream(args: UpstreamArgs, env: ToolEnv, repo: Repository | None, revision: str | None = None) -> tuple[Subject, UpstreamMapping]:
+    """The upstream tree at the target (or at another `revision` of it), from the call's overrides or the record."""
+    if args.upstream:
+        mapping = resolve_upstream(env.policy, args.upstream, args.target)
+    else:
+        record = load_record(env.store, repo) if repo else None
+        if not record or not record.get("upstream"):
+            raise not_found("No upstream: pass upstream (and target), or record one with environment action=establish.")
+        mapping = UpstreamMapping(**record["upstream"])
+        env.policy.readable(mapping.path)
+        env.policy.protect(mapping.path)
+    if mapping.kind == "directory":
+        if revision:
+            raise bad_input("The upstream is a plain directory: it has no revisions to compare (base/target).")
+        return open_subject(env.policy, SubjectRequest(SubjectKind.DIRECTORY, path=mapping.path), None), mapping
+    upstream_repo = open_repository(mapping.path, env.policy)
+    return RevisionSubject(upstream_repo, revision or mapping.target_commit), mapping

