@@ -204,11 +204,12 @@ class RevisionSubject(_GitSubject):
 _STAT_SHA_CACHE: dict[tuple[str, int, int, int], str] = {}
 
 
-def _file_sha(path: Path, info: os.stat_result) -> str:
-    key = (str(path), info.st_size, info.st_mtime_ns, info.st_ino)
+def _file_sha(path: str, info: os.stat_result) -> str:
+    key = (path, info.st_size, info.st_mtime_ns, info.st_ino)
     sha = _STAT_SHA_CACHE.get(key)
     if sha is None:
-        sha = blob_sha(path.read_bytes())
+        with open(path, "rb") as handle:
+            sha = blob_sha(handle.read())
         _STAT_SHA_CACHE[key] = sha
     return sha
 
@@ -222,24 +223,31 @@ class _FileSubject(Subject):
         self.only = only
 
     def _candidates(self) -> Iterable[str]:
-        for directory, dirs, files in os.walk(self.top / self.only if self.only else self.top):
+        top = str(self.top)
+        for directory, dirs, files in os.walk(os.path.join(top, self.only) if self.only else top):
             dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
+            relative = os.path.relpath(directory, top)
             for name in files:
-                yield (Path(directory) / name).relative_to(self.top).as_posix()
+                yield name if relative == "." else f"{relative}/{name}"
+
+    walked = True
+    """Candidates come from os.walk, which never descends through a symlinked directory."""
 
     def _entries(self) -> dict[str, Entry]:
         entries: dict[str, Entry] = {}
+        top = str(self.top)
         for rel in self._candidates():
-            path = self.top / rel
-            resolved = real(path)
-            if not is_within(resolved, self.top):
-                continue
+            path = os.path.join(top, rel)
             try:
-                info = resolved.stat()
-            except FileNotFoundError:
+                info = os.lstat(path)
+                if stat.S_ISLNK(info.st_mode) or not self.walked:
+                    if not is_within(real(path), self.top):
+                        continue
+                    info = os.stat(path)
+            except (FileNotFoundError, NotADirectoryError):
                 continue
             if stat.S_ISREG(info.st_mode):
-                entries[rel] = Entry(rel, _file_sha(resolved, info), bool(info.st_mode & stat.S_IXUSR))
+                entries[rel] = Entry(rel, _file_sha(path, info), bool(info.st_mode & stat.S_IXUSR))
         return entries
 
     def _read_many(self, entries: list[Entry]) -> dict[str, bytes]:
@@ -250,6 +258,7 @@ class WorktreeSubject(_FileSubject):
     """Tracked and untracked-but-not-ignored files as they are on disk now."""
 
     kind = SubjectKind.WORKTREE
+    walked = False  # ls-files paths may cross a directory replaced by a symlink since
 
     def __init__(self, repo: Repository) -> None:
         super().__init__(repo.top)

@@ -105,7 +105,7 @@ def _handler(spec: ToolSpec, runtime: Runtime):
             name,
             inspect.Parameter.KEYWORD_ONLY,
             default=inspect.Parameter.empty if info.is_required() else info.get_default(call_default_factory=True),
-            annotation=Annotated[info.annotation, info] if info.description else info.annotation,
+            annotation=Annotated[(info.annotation, *info.metadata, Field(description=info.description))],
         )
         for name, info in spec.input_model.model_fields.items()
     ]
