@@ -28,11 +28,19 @@ class ToolFailure(Exception):
         self.message = message
         self.details = details
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Survive pickling across worker processes (the default would lose code and details)."""
+        return (_rebuild, (self.code, self.message, self.details))
+
     def to_dict(self) -> dict[str, Any]:
         body: dict[str, Any] = {"code": self.code.value, "message": self.message}
         if self.details:
             body["details"] = self.details
         return body
+
+
+def _rebuild(code: ErrorCode, message: str, details: dict[str, Any]) -> ToolFailure:
+    return ToolFailure(code, message, **details)
 
 
 def bad_input(message: str, **details: Any) -> ToolFailure:

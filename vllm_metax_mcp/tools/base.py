@@ -9,11 +9,12 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import anyio
+import anyio.to_process
 from pydantic import BaseModel, Field, ValidationError
 
 from ..core.errors import ErrorCode, ToolFailure
@@ -56,6 +57,8 @@ class ToolSpec:
     title: str
     idempotent: bool = True
     destructive: bool = False
+    cpu_heavy: bool = False
+    """Run in a worker process: the event loop stays responsive and a cancelled call kills the work."""
     question: Callable[[BaseModel, "ToolEnv"], str | None] | None = None
     """A yes/no question for the user before the tool runs (asked through elicitation where the client can)."""
 
@@ -124,6 +127,8 @@ async def invoke(spec: ToolSpec, raw: dict[str, Any], env: ToolEnv, *, job_wait_
     arguments = parse_input(spec, raw)
     if inspect.iscoroutinefunction(spec.run):
         output = await spec.run(arguments, env)
+    elif spec.cpu_heavy:
+        output = await anyio.to_process.run_sync(spec.run, arguments, replace(env, progress=None), cancellable=True)
     else:
         output = await anyio.to_thread.run_sync(spec.run, arguments, env, abandon_on_cancel=True)
     if isinstance(output, JobHandle):

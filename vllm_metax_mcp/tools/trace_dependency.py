@@ -244,4 +244,5 @@ SPEC = ToolSpec(
     input_model=TraceInput,
     output_model=TraceOutput,
     title="Dependency inventory and consumers",
+    cpu_heavy=True,
 )
