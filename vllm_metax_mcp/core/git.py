@@ -1,8 +1,11 @@
 """The safe git runner: argument lists only, read-only subcommands, repository programs neutralised.
 
 Every call disables what a repository's own configuration could make git execute or write
-(fsmonitor, hooks, external diff, textconv, pager, optional index locks), and refuses
-subcommands that would stage, commit, reset, stash, check out or touch a remote.
+(fsmonitor, hooks, external diff, textconv, signature programs, pager, optional index locks).
+Only subcommands that read objects and refs run: nothing that stages, commits, resets, stashes,
+checks out or touches a remote, and nothing that compares against the work tree (git would
+refresh `.git/index` and run the repository's clean filters); the work tree is read directly.
+Options that write files or start programs are refused.
 """
 
 from __future__ import annotations
@@ -18,9 +21,14 @@ from .policy import Policy, is_within, real
 READ_ONLY_SUBCOMMANDS = frozenset(
     {
         "rev-parse", "ls-files", "ls-tree", "cat-file", "log", "rev-list", "diff-tree",
-        "show", "merge-base", "for-each-ref", "name-rev", "describe", "blame", "grep",
-        "diff", "version",
+        "show", "merge-base", "for-each-ref", "name-rev", "version",
     }
+)
+LS_FILES_OPTIONS = frozenset({"-z", "-s", "--stage", "-c", "--cached", "-o", "--others", "--exclude-standard", "--full-name", "--"})
+"""ls-files may list, never compare with the work tree (-m/-d would run clean filters)."""
+REFUSED_OPTION_PREFIXES = (
+    "--output", "--ext-diff", "--textconv", "--show-signature", "--exec", "--open-files-in-pager",
+    "--no-index", "--upload-pack", "--receive-pack", "--filters", "--path=",
 )
 NEUTRALISING_CONFIG = (
     "core.fsmonitor=false",
@@ -33,6 +41,11 @@ NEUTRALISING_CONFIG = (
     "protocol.allow=never",
     "gc.auto=0",
     "maintenance.auto=false",
+    "log.showSignature=false",
+    "gpg.program=false",
+    "gpg.openpgp.program=false",
+    "gpg.x509.program=false",
+    "gpg.ssh.program=false",
 )
 PATCH_SAFE_FLAGS = ("--no-ext-diff", "--no-textconv")
 GIT_TIMEOUT_S = 120
@@ -53,14 +66,30 @@ def hardened_env() -> dict[str, str]:
     return env
 
 
+def _check_options(subcommand: str, args: tuple[str, ...]) -> None:
+    for arg in args:
+        if arg == "--" or arg == "--end-of-options":
+            return
+        if not arg.startswith("-"):
+            continue
+        refused = (
+            (subcommand == "ls-files" and arg not in LS_FILES_OPTIONS)
+            or arg.startswith(REFUSED_OPTION_PREFIXES)
+            or ("%G" in arg and arg.startswith(("--format", "--pretty")))
+        )
+        if refused:
+            raise ToolFailure(ErrorCode.BAD_INPUT, f"git {subcommand} {arg} could write files or run programs; it is refused.")
+
+
 def git_command(repo: Path, subcommand: str, *args: str) -> list[str]:
     if subcommand not in READ_ONLY_SUBCOMMANDS:
         raise ToolFailure(ErrorCode.BAD_INPUT, f"git {subcommand} is not a read-only subcommand this server runs.")
+    _check_options(subcommand, args)
     cmd = ["git", "-C", str(repo)]
     for setting in NEUTRALISING_CONFIG:
         cmd += ["-c", setting]
     cmd.append(subcommand)
-    if subcommand in ("log", "show", "diff", "diff-tree"):
+    if subcommand in ("log", "show", "diff-tree"):
         cmd += PATCH_SAFE_FLAGS
     cmd += args
     return cmd

@@ -9,16 +9,15 @@ from typing import Annotated, Any
 
 import anyio
 from mcp.server.mcpserver import AcceptedElicitation, Context, Elicit, ElicitationResult, MCPServer, Resolve
-from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, ToolAnnotations
+from mcp_types import INVALID_PARAMS, CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
 from .. import __version__
 from ..core.errors import ErrorCode, ToolFailure
 from ..core.policy import Effect
 from ..tools import ALL_TOOLS, served_tools
-from ..tools.base import Runtime, ToolEnv, ToolSpec, invoke
+from ..tools.base import Runtime, ToolEnv, ToolSpec, invoke, parse_input
 
 log = logging.getLogger("vllm_metax_mcp")
 
@@ -36,6 +35,11 @@ Every tool that reads plugin code takes an explicit subject: worktree, index (st
 directory or installed. In review mode (--mode review) tools that write files are not offered
 and nothing in the reviewed repository changes. Long work returns a job id: poll it with `jobs`.
 Cite `result_id` values of earlier results as evidence."""
+
+
+def error_result(failure: ToolFailure) -> CallToolResult:
+    """A tool error as the client sees it: is_error, and text that is exactly the error JSON."""
+    return CallToolResult(content=[TextContent(type="text", text=json.dumps({"error": failure.to_dict()}))], is_error=True)
 
 
 def annotations_for(spec: ToolSpec) -> ToolAnnotations:
@@ -98,7 +102,7 @@ def _handler(spec: ToolSpec, runtime: Runtime):
         try:
             return await invoke(spec, arguments, env)
         except ToolFailure as failure:
-            raise ToolError(json.dumps({"error": failure.to_dict()})) from None
+            return error_result(failure)
 
     parameters = [
         inspect.Parameter(
@@ -137,6 +141,10 @@ def _policy_middleware(served: set[str], tools: tuple[ToolSpec, ...]):
                     message=f"Unknown tool: {name!r}. Call tools/list for the tools this server offers.",
                     data={"code": ErrorCode.NOT_FOUND.value},
                 )
+            try:  # our own validation first, so a bad argument is a bad_input error, not pydantic's text
+                parse_input(known[name], (ctx.params or {}).get("arguments") or {})
+            except ToolFailure as failure:
+                return error_result(failure)
         return await call_next(ctx)
 
     return middleware

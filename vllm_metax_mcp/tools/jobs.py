@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from ..core.errors import bad_input
 from ..core.policy import Effect
-from ..core.results import inputs_fingerprint, paginate
+from ..core.results import inputs_fingerprint, paginate, record_result
 from .base import JobInfo, ToolEnv, ToolOutput, ToolSpec
 
 DEFAULT_LIMIT = 50
@@ -40,12 +40,22 @@ class JobsOutput(ToolOutput):
     job: JobDetail | None = None
 
 
+def _final_result(env: ToolEnv, status: dict[str, Any]) -> dict[str, Any] | None:
+    """A finished job's output, with a result_id of its own so it can be cited as evidence."""
+    result = status.get("result")
+    if result is None:
+        return None
+    cited = {k: v for k, v in result.items() if k != "result_id"}
+    cited["result_id"] = record_result(env.store, status.get("tool") or "job", {"job_id": status["id"]}, cited)
+    return cited
+
+
 def _detail(env: ToolEnv, status: dict[str, Any], with_result: bool = False) -> JobDetail:
     fields = {k: status.get(k) for k in ("id", "status", "progress", "tool", "created_at", "finished_at", "error")}
     return JobDetail(
         **fields,
         heartbeat_age_s=env.jobs.heartbeat_age(status["id"]) if status["status"] == "running" else None,
-        result=status.get("result") if with_result else None,
+        result=_final_result(env, status) if with_result else None,
     )
 
 

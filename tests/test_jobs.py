@@ -1,0 +1,227 @@
+"""Jobs with real detached workers: bounded calls, polling, cancellation of whole process trees,
+reaping of jobs whose worker died, and the locked state store shared by several processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from pydantic import BaseModel
+
+from helpers import JOB_TOOL, TESTS_DIR, kill_pids, pid_alive, pids_with_marker, wait_for, with_tests_on_pythonpath
+from vllm_metax_mcp.core import jobs as jobs_module
+from vllm_metax_mcp.core.errors import ErrorCode, ToolFailure
+from vllm_metax_mcp.core.state import StateStore
+from vllm_metax_mcp.tools.base import Runtime, ToolEnv, ToolSpec, invoke
+from vllm_metax_mcp.tools.jobs import SPEC as JOBS_SPEC
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    with_tests_on_pythonpath(monkeypatch)
+    root = tmp_path / "root"
+    root.mkdir()
+    rt = Runtime.create([str(root)], state_dir=str(tmp_path / "state"))
+    yield rt
+    for job_id in rt.store.list("jobs"):
+        kill_pids(pids_with_marker(job_id))
+
+
+def call(spec: ToolSpec, args: dict[str, Any], rt: Runtime, **kwargs: Any) -> BaseModel:
+    return anyio.run(lambda: invoke(spec, args, ToolEnv(runtime=rt, tool=spec.name), **kwargs))
+
+
+def job_status(rt: Runtime, job_id: str) -> dict[str, Any]:
+    out = call(JOBS_SPEC, {"action": "status", "job_id": job_id}, rt)
+    return out.job.model_dump()
+
+
+def start_spawner(rt: Runtime, tmp_path: Path) -> tuple[str, dict[str, int]]:
+    pidfile = tmp_path / "pids.json"
+    handle = rt.jobs.start("test_job", "jobtargets:spawn_and_sleep", {"pidfile": str(pidfile), "seconds": 120})
+    pids = json.loads(wait_for(lambda: pidfile.exists() and pidfile.read_text(), 20, what="the job's pid file"))
+    assert all(pid_alive(pid) for pid in pids.values()), pids
+    return handle.job_id, pids
+
+
+def test_job_outlives_a_short_call_and_is_polled_to_completion(runtime: Runtime) -> None:
+    out = call(JOB_TOOL, {"args": {"steps": 15, "delay": 0.2}}, runtime, job_wait_s=0.5)
+    assert out.job is not None, "a 3 s job must not finish within a 0.5 s call"
+    assert out.job.status in ("queued", "running")
+    assert out.steps is None and out.message is None
+    assert out.result_id.startswith("r-")
+    job_id = out.job.id
+
+    listed = call(JOBS_SPEC, {"action": "list"}, runtime)
+    assert [j.id for j in listed.jobs] == [job_id] and listed.total == 1
+
+    final = wait_for(
+        lambda: (s := job_status(runtime, job_id))["status"] not in ("queued", "running") and s, 30, 0.2, "the job"
+    )
+    assert final["status"] == "succeeded", final
+    assert final["progress"] == {"done": 15, "total": 15, "message": "done"}
+    result = call(JOBS_SPEC, {"action": "result", "job_id": job_id}, runtime)
+    cited = dict(result.job.result)
+    assert cited.pop("result_id").startswith("r-")
+    assert cited == {"steps": 15, "message": "slept 15 steps"}
+
+
+def test_job_finishing_within_the_call_returns_its_result_and_progress(runtime: Runtime) -> None:
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        seen.append((done, total, message))
+
+    async def run() -> BaseModel:
+        return await invoke(
+            JOB_TOOL, {"args": {"steps": 4, "delay": 0.3}}, ToolEnv(runtime, "test_job", progress=progress), job_wait_s=30
+        )
+
+    out = anyio.run(run)
+    assert out.job is None and out.steps == 4 and out.message == "slept 4 steps"
+    assert seen, "progress of a running job is forwarded to the caller"
+    assert [s[0] for s in seen] == sorted(s[0] for s in seen)
+
+
+def test_cancel_kills_the_whole_process_tree(runtime: Runtime, tmp_path: Path) -> None:
+    job_id, pids = start_spawner(runtime, tmp_path)
+    try:
+        out = call(JOBS_SPEC, {"action": "cancel", "job_id": job_id}, runtime)
+        assert out.job.status == "cancelled"
+        wait_for(lambda: not any(pid_alive(p) for p in pids.values()), 3, what="all job processes to end")
+        assert job_status(runtime, job_id)["status"] == "cancelled"
+    finally:
+        kill_pids(list(pids.values()))
+
+
+def test_cancelled_call_stops_its_job(runtime: Runtime, tmp_path: Path) -> None:
+    pidfile = tmp_path / "pids.json"
+
+    async def run() -> None:
+        with anyio.move_on_after(30):
+            env = ToolEnv(runtime, "test_job")
+            async with anyio.create_task_group() as group:
+                group.start_soon(
+                    invoke, JOB_TOOL, {"target": "jobtargets:spawn_and_sleep", "args": {"pidfile": str(pidfile)}}, env
+                )
+                while not pidfile.exists():
+                    await anyio.sleep(0.05)
+                group.cancel_scope.cancel()
+
+    anyio.run(run)
+    pids = json.loads(pidfile.read_text())
+    try:
+        (job,) = runtime.jobs.list()
+        assert job["status"] == "cancelled"
+        wait_for(lambda: not any(pid_alive(p) for p in pids.values()), 3, what="all job processes to end")
+    finally:
+        kill_pids(list(pids.values()))
+
+
+def test_job_whose_worker_died_is_reaped_by_the_next_server(
+    runtime: Runtime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job_id, pids = start_spawner(runtime, tmp_path)
+    try:
+        os.kill(pids["worker"], signal.SIGKILL)
+        wait_for(lambda: not pid_alive(pids["worker"]), 5, what="the worker to die")
+        assert pid_alive(pids["grandchild"]) and pid_alive(pids["child"]), "the job's other processes live on"
+        monkeypatch.setattr(jobs_module, "STALE_AFTER_S", 1.0)
+        wait_for(lambda: (runtime.jobs.heartbeat_age(job_id) or 0) > 1.5, 10, what="the heartbeat to go stale")
+
+        next_server = Runtime.create([str(tmp_path / "root")], state_dir=str(tmp_path / "state"))
+        assert next_server.jobs.reap_stale() == [job_id]
+        wait_for(lambda: not any(pid_alive(p) for p in pids.values()), 3, what="the orphans to be stopped")
+        status = job_status(next_server, job_id)
+        assert status["status"] == "lost"
+        assert status["error"]["code"] == "failed"
+        assert next_server.jobs.reap_stale() == []
+    finally:
+        kill_pids(list(pids.values()))
+
+
+def test_live_job_is_not_reaped(runtime: Runtime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    job_id, pids = start_spawner(runtime, tmp_path)
+    try:
+        monkeypatch.setattr(jobs_module, "STALE_AFTER_S", 2.5)
+        created = runtime.jobs.get(job_id)["created_at"]
+        wait_for(lambda: time.time() - created > 3.5, 10, what="the job to be older than the stale limit")
+
+        next_server = Runtime.create([str(tmp_path / "root")], state_dir=str(tmp_path / "state"))
+        assert next_server.jobs.reap_stale() == []
+        assert job_status(next_server, job_id)["status"] == "running"
+        assert all(pid_alive(p) for p in pids.values())
+    finally:
+        runtime.jobs.cancel(job_id)
+        kill_pids(list(pids.values()))
+
+
+def test_failed_job_reports_a_clean_error(runtime: Runtime) -> None:
+    with pytest.raises(ToolFailure) as info:
+        call(JOB_TOOL, {"target": "jobtargets:raise_unexpected"}, runtime, job_wait_s=30)
+    assert info.value.code is ErrorCode.FAILED
+    assert "Traceback" not in info.value.message and str(TESTS_DIR) not in info.value.message
+
+    with pytest.raises(ToolFailure) as info:
+        call(JOB_TOOL, {"target": "jobtargets:raise_blocked"}, runtime, job_wait_s=30)
+    assert info.value.code is ErrorCode.BLOCKED
+
+
+def test_jobs_tool_refuses_bad_ids(runtime: Runtime) -> None:
+    for args, code in (
+        ({"action": "status"}, ErrorCode.BAD_INPUT),
+        ({"action": "status", "job_id": "../../etc"}, ErrorCode.BAD_INPUT),
+        ({"action": "cancel", "job_id": "j-0123456789abcdef"}, ErrorCode.NOT_FOUND),
+    ):
+        with pytest.raises(ToolFailure) as info:
+            call(JOBS_SPEC, args, runtime)
+        assert info.value.code is code
+
+
+_INCREMENTER = """
+import sys, time
+from pathlib import Path
+from vllm_metax_mcp.core.state import StateStore
+store = StateStore(Path(sys.argv[1]))
+go = Path(sys.argv[3])
+while not go.exists():
+    time.sleep(0.001)
+for _ in range(int(sys.argv[2])):
+    store.update("shared/counter.json", lambda doc: {"count": (doc or {}).get("count", 0) + 1, "pad": "x" * 4096})
+"""
+
+
+@pytest.mark.timeout(90)
+def test_two_processes_sharing_a_state_dir_lose_no_update(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    go = tmp_path / "go"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _INCREMENTER, str(state), "100", str(go)]) for _ in range(2)
+    ]
+    try:
+        store = StateStore(state)
+        time.sleep(0.3)
+        go.touch()
+        reads = 0
+        while any(p.poll() is None for p in procs):
+            doc = store.read("shared/counter.json")  # raises on a torn or half-written document
+            if doc is not None:
+                assert isinstance(doc["count"], int)
+                reads += 1
+        assert [p.wait(timeout=60) for p in procs] == [0, 0]
+    finally:
+        for p in procs:
+            p.kill()
+    assert store.read("shared/counter.json")["count"] == 200
+    assert json.loads((state / "shared" / "counter.json").read_text())["count"] == 200
+    assert sorted(os.listdir(state / "shared")) == ["counter.json"], "no temporary files left behind"
