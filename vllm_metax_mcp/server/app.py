@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field, ValidationError
 from .. import __version__
 from ..core.errors import ErrorCode, ToolFailure
 from ..core.policy import Effect
+from ..resources import register_resources
 from ..tools import ALL_TOOLS, served_tools
 from ..tools.base import Runtime, ToolEnv, ToolSpec, invoke, parse_input
 
@@ -169,4 +170,5 @@ def build_server(runtime: Runtime, tools: tuple[ToolSpec, ...] = ALL_TOOLS) -> M
             structured_output=True,
         )
     server.middleware.append(_policy_middleware({t.name for t in served}, tools))
+    register_resources(server, runtime)
     return server
