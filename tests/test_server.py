@@ -42,6 +42,18 @@ REVIEW_CALLS: dict[str, list[dict[str, Any]]] = {
         {"arch": "DemoForCausalLM", "upstream": ".", "target": "HEAD~1", "subject": "index"},
         {"symbol": "pkg.model", "direction": "consumers", "upstream": ".", "target": "HEAD"},
     ],
+    "diff_model": [
+        {"upstream": ".", "target": "HEAD~1", "paths": ["pkg/"]},
+        {"upstream": ".", "target": "HEAD", "paths": ["pkg/"], "subject": "index", "detail": "symbols"},
+        {
+            "upstream": ".",
+            "target": "HEAD~1",
+            "paths": ["pkg/"],
+            "detail": "diff",
+            "file": "pkg/model.py",
+            "mapping_overrides": {"pkg/model.py": "pkg/model.py"},
+        },
+    ],
 }
 
 

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 Answer = bool | None
 
 UNKNOWN: Answer = None
+OUT_OF_TREE_FACTS = {"is_out_of_tree": True}
+"""The one predicate an out-of-tree platform answers yes to; every other `is_*` is no."""
 
 
 def dotted(node: ast.AST) -> str | None:
@@ -42,7 +44,7 @@ def platform_predicate(node: ast.AST) -> str | None:
 def evaluate(test: ast.AST, answers: Mapping[str, bool] | None = None) -> Answer:
     """Evaluate an `if` test for an out-of-tree platform: `is_*` predicates are False unless
     `answers` says otherwise; TYPE_CHECKING is False at run time; everything else is unknown."""
-    answers = answers or {}
+    answers = {**OUT_OF_TREE_FACTS, **(answers or {})}
     predicate = platform_predicate(test)
     if predicate is not None:
         if predicate in answers:

@@ -22,7 +22,7 @@ from .dispatch import dotted, evaluate
 from .state import StateStore
 from .subjects import Subject
 
-RECORD_VERSION = 3
+RECORD_VERSION = 4
 PARALLEL_THRESHOLD = 64
 JIT_DECORATOR_MARKERS = ("jit", "autotune", "compile", "custom_op", "register_fake")
 
@@ -52,6 +52,11 @@ class Definition:
     signature: str = ""
     members: dict[str, str] = field(default_factory=dict)
     """For classes: method name -> body hash."""
+    member_signatures: dict[str, str] = field(default_factory=dict)
+    """For classes: method name -> signature, so a symbol diff can report changed method signatures."""
+    own_hash: str = ""
+    """For classes: the class without its methods (header, bases, class attributes), so a changed
+    method does not also mark its class as changed."""
 
 
 @dataclass
@@ -104,6 +109,21 @@ def body_hash(node: ast.AST, lines: list[str]) -> str:
     return digest.hexdigest()[:16]
 
 
+def _class_own_hash(node: ast.ClassDef, lines: list[str]) -> str:
+    """`body_hash` of a class with its methods' lines (decorators included) left out."""
+    skip = set(_docstring_lines(node))
+    for item in node.body:
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            start = min([d.lineno for d in item.decorator_list] + [item.lineno])
+            skip.update(range(start, (item.end_lineno or item.lineno) + 1))
+    digest = hashlib.sha1()
+    for number in range(node.lineno, (node.end_lineno or node.lineno) + 1):
+        text = lines[number - 1].rstrip()
+        if number not in skip and text and not text.lstrip().startswith("#"):
+            digest.update(text.encode() + b"\n")
+    return digest.hexdigest()[:16]
+
+
 def _uses(node: ast.AST, ops: list[str]) -> list[str]:
     """Names loaded under `node`; `torch.ops.<ns>.<op>` uses are appended to `ops` on the way."""
     used: set[str] = set()
@@ -133,13 +153,16 @@ def _signature(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
 def _definitions(node: ast.stmt, lines: list[str], ops: list[str]) -> list[Definition]:
     end = getattr(node, "end_lineno", None) or node.lineno
     if isinstance(node, ast.ClassDef):
-        members = {
-            item.name: body_hash(item, lines)
-            for item in node.body
-            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
-        }
+        methods = [item for item in node.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        members = {item.name: body_hash(item, lines) for item in methods}
+        signatures = {item.name: _signature(item) for item in methods}
         bases = [ast.unparse(b) for b in node.bases]
-        return [Definition(node.name, "class", node.lineno, end, bases, _uses(node, ops), body_hash(node, lines), "", members)]
+        return [
+            Definition(
+                node.name, "class", node.lineno, end, bases, _uses(node, ops), body_hash(node, lines), "",
+                members, signatures, _class_own_hash(node, lines),
+            )
+        ]
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return [Definition(node.name, "function", node.lineno, end, [], _uses(node, ops), body_hash(node, lines), _signature(node))]
     targets: list[ast.expr] = []

@@ -1,0 +1,91 @@
+"""diff_model over a plugin's model files against a full upstream tree, cold and warm, beside git.
+
+Run: `python -m bench.bench_diff_model [VERSION]` or `python bench/bench_diff_model.py [VERSION]`
+(default 0.26.0; the tree comes from the test workbench's wheel cache). The plugin is built like
+vLLM-MetaX's model directory: the DeepSeek V4 family flattened from `nvidia/` and `common/ops/`
+and a set of classic models, each with the MACA edit. The reference is `git diff --no-index
+--stat` run over the same pairs in the same run. Prints seconds and ratios; asserts no time.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from vllm_metax_mcp.tools.base import Runtime, ToolEnv  # noqa: E402
+from vllm_metax_mcp.tools.diff_model import MAX_PAIRS, DiffModelInput, DiffModelOutput, diff_model  # noqa: E402
+from workbench import build_plugin_repo, upstream_source  # noqa: E402
+
+FAMILY = "vllm/models/deepseek_v4"
+CLASSIC = (
+    "deepseek_v2", "deepseek_mtp", "deepseek_eagle", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen3_next",
+    "llama", "mixtral", "glm4", "glm4_moe", "glm4_moe_mtp", "kimi_linear", "minimax_m2", "ernie45_moe",
+)
+
+REGISTRATIONS = {
+    "DeepseekV4ForCausalLM": "vllm_metax.models.deepseek_v4.model:DeepseekV4ForCausalLM",
+    "DeepseekV2ForCausalLM": "vllm_metax.models.deepseek_v2:DeepseekV2ForCausalLM",
+}
+
+
+def plugin_files(tree: Path) -> dict[str, str]:
+    """Plugin path -> upstream path: the family flattened, classic models side by side."""
+    files: dict[str, str] = {}
+    for source in sorted((tree / FAMILY).rglob("*.py")):
+        relative = source.relative_to(tree / FAMILY).as_posix()
+        head = relative.split("/")[0]
+        if head in ("amd", "xpu", "cpu") or source.name == "__init__.py":
+            continue
+        files.setdefault(f"vllm_metax/models/deepseek_v4/{source.name}", f"{FAMILY}/{relative}")
+    for name in CLASSIC:
+        if (tree / f"vllm/model_executor/models/{name}.py").is_file():
+            files[f"vllm_metax/models/{name}.py"] = f"vllm/model_executor/models/{name}.py"
+    return files
+
+
+def run_tool(root: Path, tree: Path, detail: str) -> tuple[float, DiffModelOutput]:
+    env = ToolEnv(runtime=Runtime.create([str(root), str(tree)], state_dir=str(root / "state")), tool="diff_model")
+    arguments = DiffModelInput(plugin_repo="plugin", upstream=str(tree), detail=detail, limit=MAX_PAIRS)
+    start = time.perf_counter()
+    output = diff_model(arguments, env)
+    return time.perf_counter() - start, output
+
+
+def git_stat(root: Path, tree: Path, output: DiffModelOutput) -> tuple[float, int]:
+    pairs = [p for p in output.pairs if p.stats is not None and p.upstream]
+    start = time.perf_counter()
+    for pair in pairs:
+        subprocess.run(
+            ["git", "diff", "--no-index", "--stat", str(tree / pair.upstream), str(root / "plugin" / pair.local)],
+            capture_output=True,
+            check=False,
+        )
+    return time.perf_counter() - start, len(pairs)
+
+
+def main() -> None:
+    version = sys.argv[1] if len(sys.argv) > 1 else "0.26.0"
+    tree = upstream_source(version)
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch)
+        files = plugin_files(tree)
+        build_plugin_repo(root / "plugin", tree, files, registrations=REGISTRATIONS)
+        cold, output = run_tool(root, tree, "summary")
+        warm, _ = run_tool(root, tree, "summary")
+        symbols, _ = run_tool(root, tree, "symbols")
+        reference, compared = git_stat(root, tree, output)
+    print(f"vLLM {version}: {output.total} plugin files, {compared} with an upstream counterpart; counts {output.counts}")
+    print(f"modules indexed {output.modules_indexed} (parsed cold {output.parsed})")
+    print(f"git diff --no-index --stat over the {compared} pairs: {reference:6.2f} s")
+    for label, seconds in (("cold summary", cold), ("warm summary", warm), ("warm symbols", symbols)):
+        print(f"diff_model {label:13} {seconds:6.2f} s   ratio {seconds / reference:5.1f}x git")
+
+
+if __name__ == "__main__":
+    main()
