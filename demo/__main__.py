@@ -113,6 +113,7 @@ async def drive(paths: dict[str, Path], state: Path) -> None:
                 "python": sys.executable,
             }),
             ("environment confirm", "environment", {**plugin, "action": "confirm", "upstream": "vllm", "target": "v0.2.0"}),
+            ("inspect_config of the tiny model", "inspect_config", {**plugin, "model": "tiny-model"}),
             ("export_snapshot of the staged index", "export_snapshot", {**plugin, "subject": "index", "output": "staged-snapshot"}),
             ("jobs", "jobs", {"action": "list"}),
         ]

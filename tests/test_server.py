@@ -42,6 +42,7 @@ REVIEW_CALLS: dict[str, list[dict[str, Any]]] = {
         {"arch": "DemoForCausalLM", "upstream": ".", "target": "HEAD~1", "subject": "index"},
         {"symbol": "pkg.model", "direction": "consumers", "upstream": ".", "target": "HEAD"},
     ],
+    "inspect_config": [{"model": ".", "construct": False}, {"model": "pkg"}],
     "diff_model": [
         {"upstream": ".", "target": "HEAD~1", "paths": ["pkg/"]},
         {"upstream": ".", "target": "HEAD", "paths": ["pkg/"], "subject": "index", "detail": "symbols"},

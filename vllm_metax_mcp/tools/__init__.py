@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from ..core.policy import Effect, Mode
-from . import diff_model, environment, export_snapshot, jobs, trace_dependency
+from . import diff_model, environment, export_snapshot, inspect_config, jobs, trace_dependency
 from .base import ToolSpec
 
 ALL_TOOLS: tuple[ToolSpec, ...] = (
     environment.SPEC,
     trace_dependency.SPEC,
     diff_model.SPEC,
+    inspect_config.SPEC,
     export_snapshot.SPEC,
     jobs.SPEC,
 )

@@ -1,0 +1,241 @@
+"""Header-only reading of safetensors checkpoints: the index's weight map and each shard's header.
+
+A safetensors file starts with an 8-byte little-endian header length and a JSON header; tensor
+data follows. Only those two parts are ever read, and every header length and data offset is
+checked against the file's size, so a damaged or hostile file yields a finding, not a crash or a
+multi-gigabyte read.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from .errors import ToolFailure
+from .policy import Policy
+
+SHARD_SUFFIX = ".safetensors"
+INDEX_SUFFIX = ".safetensors.index.json"
+PREFERRED_INDEX = "model.safetensors.index.json"
+MAX_HEADER_BYTES = 100 * 1024 * 1024
+MAX_INDEX_BYTES = 256 * 1024 * 1024
+DTYPE_BYTES = {
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U64": 8,
+    "U32": 4,
+    "U16": 2,
+    "U8": 1,
+    "BOOL": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "F8_E8M0": 1,
+}
+RANK_PATTERN = re.compile(r"(?:^|[-_.])(?:mp_rank|tp_rank|rank|tp)[-_]?(\d+)", re.IGNORECASE)
+
+Problem = tuple[str, str, str]
+"""(severity, code, message)."""
+
+
+class HeaderError(Exception):
+    """A shard header that cannot be trusted; the message says why."""
+
+
+@dataclass(frozen=True)
+class Tensor:
+    dtype: str | None
+    shape: tuple[int, ...] | None
+    shard: str
+
+
+@dataclass
+class CheckpointFiles:
+    """What the index and the shard headers say; dtype and shape are None where only the index was read."""
+
+    index_name: str | None
+    shard_names: list[str]
+    shards_read: int
+    missing_shards: list[str]
+    tensors: dict[str, Tensor]
+    problems: list[Problem] = field(default_factory=list)
+    other_indexes: list[str] = field(default_factory=list)
+
+    @property
+    def ranks(self) -> list[int]:
+        """Rank numbers in shard names: a pre-partitioned (per-rank) checkpoint."""
+        found = {int(m.group(1)) for name in self.shard_names if (m := RANK_PATTERN.search(PurePosixPath(name).name))}
+        return sorted(found)
+
+
+def read_header(path: Path) -> dict[str, Tensor]:
+    """The tensors a shard declares, from its header alone; raises HeaderError when it is inconsistent."""
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        prefix = handle.read(8)
+        if len(prefix) < 8:
+            raise HeaderError(f"{size} bytes long, shorter than the 8-byte header length")
+        length = int.from_bytes(prefix, "little")
+        if length < 2 or length > MAX_HEADER_BYTES or length > size - 8:
+            raise HeaderError(f"declares a {length}-byte header in a {size}-byte file")
+        raw = handle.read(length)
+    try:
+        header = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise HeaderError(f"header is not valid JSON ({exc})") from None
+    if not isinstance(header, dict):
+        raise HeaderError("header is not a JSON object")
+    data_size = size - 8 - length
+    return {name: _tensor(name, entry, data_size, path.name) for name, entry in header.items() if name != "__metadata__"}
+
+
+def _tensor(name: str, entry: Any, data_size: int, shard: str) -> Tensor:
+    if not isinstance(entry, dict):
+        raise HeaderError(f"entry {name!r} is not an object")
+    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+    if not isinstance(dtype, str):
+        raise HeaderError(f"entry {name!r} has no dtype")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise HeaderError(f"entry {name!r} has an invalid shape")
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(isinstance(o, int) for o in offsets)
+        or not 0 <= offsets[0] <= offsets[1] <= data_size
+    ):
+        raise HeaderError(f"entry {name!r} has data offsets outside the file's {data_size} data bytes")
+    width = DTYPE_BYTES.get(dtype)
+    if width is not None and offsets[1] - offsets[0] != math.prod(shape) * width:
+        raise HeaderError(
+            f"entry {name!r} spans {offsets[1] - offsets[0]} bytes, not {math.prod(shape) * width} for {dtype} {shape}"
+        )
+    return Tensor(dtype, tuple(shape), shard)
+
+
+def _load_index(path: Path) -> dict[str, str]:
+    if path.stat().st_size > MAX_INDEX_BYTES:
+        raise HeaderError("index file is larger than any real index")
+    try:
+        document = json.loads(path.read_bytes())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise HeaderError(f"not valid JSON ({exc})") from None
+    weight_map = document.get("weight_map") if isinstance(document, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
+        raise HeaderError("has no weight_map object of tensor name -> shard file")
+    return weight_map
+
+
+def _safe_shard_name(name: str) -> bool:
+    pure = PurePosixPath(name)
+    return not pure.is_absolute() and ".." not in pure.parts and "\\" not in name and "\0" not in name
+
+
+def scan_checkpoint(directory: Path, policy: Policy) -> CheckpointFiles | None:
+    """Index plus shard headers of a model directory; None when it holds no safetensors at all."""
+    indexes = sorted(p.name for p in directory.iterdir() if p.name.endswith(INDEX_SUFFIX) and p.is_file())
+    shards_on_disk = sorted(p.name for p in directory.iterdir() if p.name.endswith(SHARD_SUFFIX) and p.is_file())
+    if not indexes and not shards_on_disk:
+        return None
+    problems: list[Problem] = []
+    weight_map: dict[str, str] | None = None
+    index_name = None
+    if indexes:
+        index_name = PREFERRED_INDEX if PREFERRED_INDEX in indexes else indexes[0]
+        try:
+            weight_map = _load_index(policy.readable(directory / index_name))
+        except HeaderError as exc:
+            problems.append(("error", "bad_index", f"{index_name} {exc}; the cross-check uses the shard headers alone."))
+    if weight_map is not None:
+        names = list(dict.fromkeys(weight_map.values()))
+    else:
+        names = shards_on_disk
+    files = CheckpointFiles(index_name, names, 0, [], {}, problems, [i for i in indexes if i != index_name])
+    headers = _read_shards(directory, names, policy, files)
+    _merge(files, weight_map, headers, shards_on_disk)
+    return files
+
+
+def _read_shards(directory: Path, names: list[str], policy: Policy, files: CheckpointFiles) -> dict[str, dict[str, Tensor]]:
+    headers: dict[str, dict[str, Tensor]] = {}
+    for name in names:
+        if not _safe_shard_name(name):
+            files.problems.append(
+                ("error", "bad_shard_name", f"the index names shard {name!r}, which is not a plain relative file name.")
+            )
+            continue
+        path = directory / name
+        if not path.is_file():
+            files.missing_shards.append(name)
+            continue
+        try:
+            headers[name] = read_header(policy.readable(path))
+        except ToolFailure as failure:
+            files.problems.append(("error", "shard_unreadable", f"shard {name}: {failure.message}"))
+        except HeaderError as exc:
+            files.problems.append(("error", "bad_header", f"shard {name} {exc}; its tensors are not counted."))
+        except OSError as exc:
+            files.problems.append(("error", "shard_unreadable", f"shard {name} cannot be read ({exc.strerror})."))
+    files.shards_read = len(headers)
+    return headers
+
+
+def _merge(
+    files: CheckpointFiles, weight_map: dict[str, str] | None, headers: dict[str, dict[str, Tensor]], on_disk: list[str]
+) -> None:
+    """Tensors from headers, plus index-only names; disagreements between the two are problems."""
+    for tensors in headers.values():
+        files.tensors.update(tensors)
+    if weight_map is None:
+        return
+    not_in_header: list[str] = []
+    for tensor, shard in weight_map.items():
+        if shard in headers:
+            if tensor not in headers[shard]:
+                not_in_header.append(tensor)
+            continue
+        files.tensors.setdefault(tensor, Tensor(None, None, shard))
+    not_in_index = sorted(t for shard, tensors in headers.items() for t in tensors if weight_map.get(t) != shard)
+    if files.missing_shards and len(files.missing_shards) < len(files.shard_names):
+        files.problems.append(
+            (
+                "error",
+                "shards_missing",
+                f"{len(files.missing_shards)} of {len(files.shard_names)} shards named by the index are absent "
+                f"(e.g. {', '.join(files.missing_shards[:3])}): the checkpoint is incomplete.",
+            )
+        )
+    if not_in_header:
+        files.problems.append(
+            (
+                "error",
+                "index_tensor_not_in_shard",
+                f"{len(not_in_header)} tensors the index places in a shard are not in its header (e.g. {', '.join(not_in_header[:3])}).",
+            )
+        )
+    if not_in_index:
+        files.problems.append(
+            (
+                "warning",
+                "shard_tensor_not_in_index",
+                f"{len(not_in_index)} tensors in shard headers are not mapped there by the index "
+                f"(e.g. {', '.join(not_in_index[:3])}); loaders that follow the index never see them.",
+            )
+        )
+    unlisted = sorted(set(on_disk) - set(files.shard_names))
+    if unlisted:
+        files.problems.append(
+            (
+                "info",
+                "shard_not_in_index",
+                f"{len(unlisted)} .safetensors files are not named by the index (e.g. {', '.join(unlisted[:3])}).",
+            )
+        )

@@ -1,0 +1,686 @@
+"""Tool `inspect_config`: the true layer layout of a checkpoint, raw and as the target vLLM constructs it."""
+
+from __future__ import annotations
+
+import re
+import tempfile
+import warnings
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, field_validator
+
+from ..core.checkpoint import CheckpointReport, base_from_tensors, cross_check, ordered_findings
+from ..core.construct import ConstructedView, ConstructRequest, constructed_findings, run_construct, view
+from ..core.consumers import SourceTree, bases_from_code, directory_tree, find_consumers, subject_tree
+from ..core.environment import check_interpreter, load_record
+from ..core.errors import ErrorCode, ToolFailure, bad_input
+from ..core.git import Repository, open_repository
+from ..core.hfconfig import IdList, Layout, analyse, id_list_gaps, load_config, rebuild_kinds
+from ..core.hub import ModelLocation, locate_model
+from ..core.policy import Effect, Mode
+from ..core.results import canonical, inputs_fingerprint, paginate
+from ..core.safetensors_index import CheckpointFiles, scan_checkpoint
+from ..core.subjects import RevisionSubject, SubjectKind
+from .base import ToolEnv, ToolOutput, ToolSpec
+from .common import SubjectArgs, open_plugin_repo, open_plugin_subject
+
+LAYERS_DEFAULT, LAYERS_MAX = 128, 2048
+DIFFERENCES_DEFAULT, DIFFERENCES_MAX = 25, 1000
+CONSUMERS_PER_FIELD = 15
+MAX_OVERRIDES_CHARS = 8000
+FIELD_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.]{0,99}$"
+
+
+# `construct` (the issue's name for the switch) shadows pydantic's deprecated BaseModel.construct;
+# the field is only ever read as an attribute of an instance, where the field value wins.
+warnings.filterwarnings("ignore", message='Field name "construct" in "InspectConfigInput"', category=UserWarning)
+
+
+class InspectConfigInput(SubjectArgs):
+    subject: SubjectKind = Field(
+        default=SubjectKind.INSTALLED,
+        description="Plugin code the construction imports and the consumer search reads: installed (what the recorded "
+        "interpreter imports; default), or worktree / index / revision / directory, put first on the path.",
+    )
+    model: str = Field(
+        description="Checkpoint directory (relative to the first --root), or a Hugging Face repo id read from the local cache."
+    )
+    model_revision: str | None = Field(default=None, description="Branch, tag or commit of a repo id (local cache only).")
+    hf_overrides: dict[str, Any] = Field(
+        default_factory=dict, description="As vllm serve --hf-overrides: flat keys update the config, dict values merge."
+    )
+    speculative: str | None = Field(
+        default=None, pattern=r"^[a-z0-9_\-]{1,40}$", description="Speculative method to build the draft config for (e.g. mtp)."
+    )
+    num_speculative_tokens: int = Field(default=1, ge=1, le=16)
+    construct: bool = Field(default=True, description="Build the config in the target interpreter (vLLM and transformers).")
+    trust_remote_code: bool = Field(default=False, description="Allow the checkpoint's auto_map code to run during construction.")
+    python: str | None = Field(
+        default=None, description="Interpreter for the construction instead of the record's (edit mode only)."
+    )
+    consumers_of: list[str] = Field(
+        default_factory=list,
+        max_length=8,
+        description="Config fields whose reading code to list (upstream, installed vLLM, plugin).",
+    )
+    page: Literal["layers", "differences"] = Field(
+        default="layers", description="Which list cursor and limit page; the other shows its first entries."
+    )
+    cursor: str | None = None
+    limit: int | None = Field(
+        default=None,
+        description=f"Page size (layers: default {LAYERS_DEFAULT}, max {LAYERS_MAX}; "
+        f"differences: default {DIFFERENCES_DEFAULT}, max {DIFFERENCES_MAX}).",
+    )
+
+    @field_validator("consumers_of")
+    @classmethod
+    def _field_names(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if not re.match(FIELD_PATTERN, name):
+                raise ValueError(f"{name!r} is not a config field name")
+        return names
+
+    @field_validator("hf_overrides")
+    @classmethod
+    def _overrides_size(cls, overrides: dict[str, Any]) -> dict[str, Any]:
+        if len(canonical(overrides)) > MAX_OVERRIDES_CHARS:
+            raise ValueError(f"hf_overrides is longer than {MAX_OVERRIDES_CHARS} characters")
+        return overrides
+
+
+class Finding(BaseModel):
+    severity: Literal["error", "warning", "info"]
+    code: str
+    message: str
+
+
+class Submodel(BaseModel):
+    name: str = Field(description="Key of the sub-config; empty for the top level.")
+    model_type: str | None = None
+    layers: int | None = None
+    depth_key: str | None = None
+    mtp_layers: int | None = None
+    primary: bool = Field(default=False, description="The decoder whose layers the layer table describes.")
+
+
+class LayerRow(BaseModel):
+    id: int = Field(description="Zero-based checkpoint layer id; MTP layer i is num_hidden_layers + i.")
+    part: Literal["backbone", "mtp", "undeclared"]
+    name: str | None = Field(
+        default=None, description="Module prefix in the checkpoint when it is not {checkpoint.backbone_prefix}.{id}."
+    )
+    kinds: list[str] = Field(
+        default_factory=list,
+        description="From the config (see rules): dense/moe, attn:<kind>, mla, indexer, compress:<r>, route:<kind>, kv:shared; "
+        "dense without an expert-count key, attn:full (or sliding with a global sliding_window) without a per-layer attention key; "
+        "MTP rows only from arrays that cover them.",
+    )
+    tensors: list[str] | None = Field(
+        default=None, description="From tensor names: moe, dense, attn, linear, indexer, compressor, hash, mtp_head."
+    )
+
+
+class ArrayOut(BaseModel):
+    name: str
+    length: int
+    covers: str = Field(description="backbone, backbone+mtp, or mismatch.")
+    distinct: int
+
+
+class IdListOut(BaseModel):
+    name: str
+    ids: list[int]
+    base: int | None = Field(description="0 or 1; null when no evidence decides it.")
+    evidence: str
+    meaning: str | None = None
+
+
+class RuleOut(BaseModel):
+    name: str
+    value: Any = None
+    active: bool
+    layers: str
+    meaning: str
+
+
+class IgnoreOut(BaseModel):
+    key: str
+    total: int
+    non_layer: list[str]
+    patterns: int
+    by_part: dict[str, int]
+    layer_ids: str
+    per_layer: list[dict[str, Any]] = Field(description="Runs of layers with the same number of entries.")
+    by_module: dict[str, int]
+    beyond_declared: list[int]
+
+
+class QuantizationOut(BaseModel):
+    method: str | None = None
+    fmt: str | None = None
+    block_size: list[int] | None = None
+    activation_scheme: str | None = None
+    scale_fmt: str | None = None
+    scale_dtypes: dict[str, int] = Field(default_factory=dict, description="Dtypes of scale tensors in the checkpoint.")
+    keys: list[str] = Field(default_factory=list)
+    ignore: IgnoreOut | None = None
+
+
+class CheckpointOut(BaseModel):
+    findings: list[Finding] = Field(default_factory=list, description="Disagreements between config, index and shard headers.")
+    index_file: str | None = None
+    shards: int = 0
+    shards_read: int = 0
+    shard_names: list[str] = Field(default_factory=list, description="As the index gives them (first 8).")
+    tensors: int = 0
+    backbone_prefix: str | None = None
+    present_layer_ids: list[int] = Field(default_factory=list)
+    mtp_layers_found: int = 0
+    mtp_weights_present: bool | None = None
+    dtypes_by_part: dict[str, dict[str, int]] = Field(default_factory=dict)
+    ranks: list[int] = Field(default_factory=list, description="Rank numbers in shard names: a pre-partitioned checkpoint.")
+
+
+class PluginOut(BaseModel):
+    name: str
+    group: str
+    value: str
+    state: str
+
+
+class DifferenceOut(BaseModel):
+    config: Literal["target", "draft", "transformers"]
+    field: str
+    change: Literal["added", "removed", "changed", "truncated", "extended", "transformed"]
+    raw: str | None = None
+    constructed: str | None = None
+
+
+class ConstructedOut(BaseModel):
+    status: Literal["complete", "partial", "failed"]
+    config_class: str | None = None
+    model_type: str | None = None
+    architectures: list[str] | None = None
+    model_class: str | None = Field(default=None, description="Where vLLM's registry resolves the architecture.")
+    total_layers: int | None = None
+    platform: str | None = None
+    device_name: str | None = None
+    plugins: list[PluginOut] = Field(default_factory=list)
+    plugins_filter: Any = None
+    transformers_class: str | None = None
+    draft: dict[str, Any] | None = None
+    differences: list[DifferenceOut] = Field(default_factory=list)
+    differences_total: int = 0
+    errors: dict[str, str] = Field(default_factory=dict)
+    probe_id: str | None = None
+
+
+class Location(BaseModel):
+    tree: str
+    path: str
+    line: int
+    text: str
+
+
+class ConsumersOut(BaseModel):
+    field: str
+    total: int
+    locations: list[Location]
+
+
+class InspectConfigOutput(ToolOutput):
+    findings: list[Finding] = Field(
+        default_factory=list, description="Config and construction disagreements; checkpoint ones are under checkpoint."
+    )
+    model: str = ""
+    backbone_layers: int | None = None
+    mtp_layers: int | None = Field(default=None, description="Declared MTP/draft layers; null when the config has no MTP key.")
+    mtp_key: str | None = None
+    mtp_naming: str | None = Field(
+        default=None, description="How the checkpoint names MTP layers (model.layers.{L+i}, mtp.{i}, ...); null without tensors."
+    )
+    submodels: list[Submodel] = Field(default_factory=list)
+    layers: list[LayerRow] = Field(default_factory=list)
+    layers_total: int = 0
+    arrays: list[ArrayOut] = Field(default_factory=list)
+    id_lists: list[IdListOut] = Field(default_factory=list)
+    rules: list[RuleOut] = Field(default_factory=list)
+    quantization: QuantizationOut | None = None
+    checkpoint: CheckpointOut | None = None
+    constructed: ConstructedOut | None = None
+    consumers: list[ConsumersOut] = Field(default_factory=list)
+    evidence_gaps: list[str] = Field(default_factory=list)
+    next_cursor: str | None = Field(default=None, description="Next page of the list named by `page`.")
+
+
+# -- the environment the construction runs in -------------------------------------------------
+
+
+@dataclass
+class _Target:
+    repo: Repository | None = None
+    record: dict[str, Any] | None = None
+    python: Path | None = None
+    gaps: list[str] = field(default_factory=list)
+
+
+def _target(args: InspectConfigInput, env: ToolEnv) -> _Target:
+    """The record (if any) and the interpreter: explicit python only in edit mode, else the record's."""
+    target = _Target()
+    try:
+        target.repo = open_plugin_repo(args, env)
+    except ToolFailure as failure:
+        if not args.python:
+            target.gaps.append(f"No environment record: plugin_repo is not usable ({failure.message})")
+    if target.repo is not None:
+        target.record = load_record(env.store, target.repo)
+    for site in (target.record or {}).get("site_dirs", []):
+        env.policy.allow_read(site)
+    if args.python:
+        target.python = check_interpreter(args.python)
+    elif target.record:
+        try:
+            target.python = check_interpreter(target.record["python"])
+        except ToolFailure as failure:
+            target.gaps.append(f"The recorded interpreter is gone ({failure.message}); run environment action=establish again.")
+    return target
+
+
+def _plugin_path(args: InspectConfigInput, env: ToolEnv, target: _Target, stack: ExitStack) -> list[Path]:
+    """A non-installed subject's vllm_metax/ exported to a scratch directory that goes first on the path."""
+    if args.subject is SubjectKind.INSTALLED:
+        return []
+    subject = open_plugin_subject(args, env, target.repo, target.record)
+    scratch = env.store.path("scratch")
+    scratch.mkdir(parents=True, exist_ok=True)
+    directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="plugin-", dir=scratch)))
+    subject.export(directory, "vllm_metax/")
+    return [directory]
+
+
+def _construct(
+    args: InspectConfigInput, env: ToolEnv, target: _Target, location: ModelLocation, raw: dict[str, Any]
+) -> tuple[ConstructedView | None, str | None, list[str]]:
+    gaps: list[str] = []
+    if not args.construct:
+        return None, None, ["Construction not requested (construct=false): the config class vLLM loads is not verified."]
+    if target.python is None:
+        return (
+            None,
+            None,
+            [
+                "No interpreter to construct the config in: run environment action=establish (or pass python in edit mode); "
+                "the config class vLLM loads is not verified."
+            ],
+        )
+    speculative = (
+        {"method": args.speculative, "num_speculative_tokens": args.num_speculative_tokens} if args.speculative else None
+    )
+    request = ConstructRequest(location.path, args.trust_remote_code, args.hf_overrides, speculative)
+    with ExitStack() as stack:
+        pythonpath = _plugin_path(args, env, target, stack)
+        probe_id, report = run_construct(target.python, env.store, request, pythonpath)
+    built = view(raw, report, str(location.path), location.label)
+    for stage, error in built.errors.items():
+        gaps.append(f"Construction stage {stage} failed in the target interpreter: {error}")
+    if not any(p["value"].startswith("vllm_metax") for p in built.plugins) and "vllm" not in built.errors:
+        gaps.append(
+            "No vllm_metax entry point is installed in the target interpreter: the plugin's platform and config patches took no part."
+        )
+    if raw.get("auto_map") and not args.trust_remote_code:
+        gaps.append(
+            "config.json names remote code (auto_map) that was not executed (trust_remote_code=false); the library classes were used."
+        )
+    return built, probe_id, gaps
+
+
+# -- id-list bases -----------------------------------------------------------------------------
+
+
+def _source_trees(args: InspectConfigInput, env: ToolEnv, target: _Target) -> tuple[list[SourceTree], list[str]]:
+    """Upstream vLLM (record), the installed vLLM (probe) and the plugin subject, as far as known."""
+    trees: list[SourceTree] = []
+    gaps: list[str] = []
+    record = target.record or {}
+    upstream = record.get("upstream")
+    try:
+        if upstream and upstream.get("kind") == "git":
+            repo = open_repository(upstream["path"], env.policy)
+            trees.append(subject_tree("upstream", RevisionSubject(repo, upstream["target_commit"]), "vllm/"))
+        elif upstream:
+            trees.append(directory_tree("upstream", env.policy.readable(upstream["path"]), "vllm"))
+    except ToolFailure as failure:
+        gaps.append(f"Upstream source not searched: {failure.message}")
+    dirs = ((record.get("probe") or {}).get("modules", {}).get("vllm") or {}).get("package_dirs") or []
+    if dirs:
+        package = env.policy.readable(dirs[0])
+        trees.append(directory_tree("installed_vllm", package.parent, package.name))
+    try:
+        subject = open_plugin_subject(args, env, target.repo, target.record)
+        trees.append(subject_tree("plugin", subject, "vllm_metax/"))
+    except ToolFailure as failure:
+        gaps.append(f"Plugin code not searched: {failure.message}")
+    if not trees:
+        gaps.append("No source tree is known (no environment record): consumer code was not searched.")
+    return trees, gaps
+
+
+def _decide_bases(
+    layout: Layout, report: CheckpointReport | None, trees: list[SourceTree], model_class: str | None
+) -> tuple[bool, list[tuple[str, str, str]]]:
+    """Tensor names first, then consumer code; the values' range is the fallback. Returns (changed, findings)."""
+    changed = False
+    findings: list[tuple[str, str, str]] = []
+    for item in layout.id_lists:
+        if not item.ids:
+            continue
+        before = item.base
+        decided = _from_tensors(item, layout, report, findings)
+        if decided is None:
+            decided = _from_code(item, trees, model_class, findings)
+        if decided is not None and before is not None and decided != before:
+            findings.append(
+                (
+                    "warning",
+                    "id_list_base_conflict",
+                    f"{item.name}: the values suggest {before}-based ids but stronger evidence says {decided}-based ({item.evidence}).",
+                )
+            )
+        changed |= item.base != before
+    return changed, findings
+
+
+def _from_tensors(
+    item: IdList, layout: Layout, report: CheckpointReport | None, findings: list[tuple[str, str, str]]
+) -> int | None:
+    if report is None:
+        return None
+    base, evidence, contradicted = base_from_tensors(item, report.markers, layout.backbone_layers or 0, layout.mtp_layers or 0)
+    if contradicted:
+        findings.append(("error", "id_list_contradicts_tensors", evidence))
+    if base is not None:
+        item.base, item.evidence = base, evidence
+    return base
+
+
+def _from_code(
+    item: IdList, trees: list[SourceTree], model_class: str | None, findings: list[tuple[str, str, str]]
+) -> int | None:
+    evidence = bases_from_code(trees, item.name) if trees else []
+    if not evidence:
+        return None
+    if model_class and len({e.base for e in evidence}) > 1:
+        module = model_class.split(":", 1)[0].replace(".", "/")
+        evidence = [e for e in evidence if e.location.path.startswith(module)] or evidence
+    bases = {e.base for e in evidence}
+    first = evidence[0].location
+    cited = f"consumer code: {first.tree} {first.path}:{first.line} `{first.text}`" + (
+        f" (+{len(evidence) - 1} more)" if len(evidence) > 1 else ""
+    )
+    if len(bases) > 1:
+        findings.append(
+            ("warning", "id_list_consumers_disagree", f"{item.name}: consumers read it both 0- and 1-based ({cited}).")
+        )
+        return None
+    item.base, item.evidence = bases.pop(), cited
+    return item.base
+
+
+# -- output assembly ---------------------------------------------------------------------------
+
+
+def _finding(entry: tuple[str, str, str]) -> Finding:
+    return Finding(severity=entry[0], code=entry[1], message=entry[2])  # type: ignore[arg-type]
+
+
+def _name(layer: int, report: CheckpointReport | None) -> str | None:
+    """Only names that do not follow `{backbone_prefix}.{id}` are spelled out."""
+    if report is None:
+        return None
+    name = report.names.get(layer)
+    return None if name == f"{report.backbone_prefix}.{layer}" else name
+
+
+def _rows(layout: Layout, report: CheckpointReport | None) -> list[LayerRow]:
+    backbone, declared = layout.backbone_layers or 0, layout.mtp_layers or 0
+    ids = set(range(backbone + declared)) | set(report.present_layer_ids if report else [])
+    undeclared = set(report.undeclared_ids if report else [])
+    rows = []
+    for layer in sorted(ids):
+        part = "undeclared" if layer in undeclared else "backbone" if layer < backbone else "mtp"
+        rows.append(
+            LayerRow(
+                id=layer,
+                part=part,
+                name=_name(layer, report),
+                kinds=layout.kinds.get(layer, []),
+                tensors=report.markers.get(layer, []) if report else None,
+            )
+        )
+    return rows
+
+
+def _quantization(layout: Layout, report: CheckpointReport | None) -> QuantizationOut | None:
+    quant = layout.quantization
+    if quant is None:
+        return None
+    ignore = None
+    if quant.ignore is not None:
+        i = quant.ignore
+        ignore = IgnoreOut(
+            key=i.key,
+            total=i.total,
+            non_layer=i.non_layer,
+            patterns=i.patterns,
+            by_part=i.by_part,
+            layer_ids=i.layer_ids,
+            per_layer=[{"layers": ids, "count": count} for ids, count in i.per_layer],
+            by_module=i.by_module,
+            beyond_declared=i.beyond_declared,
+        )
+    return QuantizationOut(
+        method=quant.method,
+        fmt=quant.fmt,
+        block_size=quant.block_size,
+        activation_scheme=quant.activation_scheme,
+        scale_fmt=quant.scale_fmt,
+        scale_dtypes=report.scale_dtypes if report else {},
+        keys=quant.keys,
+        ignore=ignore,
+    )
+
+
+def _checkpoint(report: CheckpointReport) -> CheckpointOut:
+    return CheckpointOut(
+        findings=[_finding(f) for f in report.findings],
+        index_file=report.index_file,
+        shards=report.shard_count,
+        shards_read=report.shards_read,
+        shard_names=report.shard_names[:8],
+        tensors=report.tensor_count,
+        backbone_prefix=report.backbone_prefix,
+        present_layer_ids=report.present_layer_ids,
+        mtp_layers_found=report.mtp_layers_found,
+        mtp_weights_present=report.mtp_weights_present,
+        dtypes_by_part=report.dtypes_by_part,
+        ranks=report.ranks,
+    )
+
+
+def _constructed(built: ConstructedView, probe_id: str | None, differences: list[DifferenceOut], total: int) -> ConstructedOut:
+    return ConstructedOut(
+        status=built.status,
+        config_class=built.config_class,
+        model_type=built.model_type,
+        architectures=built.architectures,
+        model_class=built.model_class,
+        total_layers=built.total_layers,
+        platform=built.platform,
+        device_name=built.device_name,
+        plugins=[PluginOut(**p) for p in built.plugins],
+        plugins_filter=built.plugins_filter,
+        transformers_class=built.transformers_class,
+        draft=built.draft,
+        differences=differences,
+        differences_total=total,
+        errors=built.errors,
+        probe_id=probe_id,
+    )
+
+
+def _consumers(args: InspectConfigInput, trees: list[SourceTree]) -> list[ConsumersOut]:
+    found = []
+    for name in args.consumers_of:
+        locations, total = find_consumers(trees, name.rsplit(".", 1)[-1], CONSUMERS_PER_FIELD)
+        found.append(ConsumersOut(field=name, total=total, locations=[Location(**vars(loc)) for loc in locations]))
+    return found
+
+
+def _checkpoint_gaps(files: CheckpointFiles | None) -> list[str]:
+    if files is None:
+        return [
+            "No safetensors index or shards in the model directory: layer ids with weights, MTP naming and dtypes are unverified."
+        ]
+    if files.missing_shards and len(files.missing_shards) == len(files.shard_names):
+        return ["Only the index is present (no shard files): names come from its weight_map; dtypes and shapes are unknown."]
+    return []
+
+
+def _code_trees(args: InspectConfigInput, env: ToolEnv, target: _Target, needed: bool) -> tuple[list[SourceTree], list[str]]:
+    if not needed:
+        return [], []
+    if not target.record:
+        return [], ["No environment record: consumer code (upstream, installed vLLM, plugin) was not searched."]
+    return _source_trees(args, env, target)
+
+
+def _cross_check_with_bases(
+    layout: Layout,
+    raw: dict[str, Any],
+    files: CheckpointFiles | None,
+    trees: list[SourceTree],
+    built: ConstructedView | None,
+) -> tuple[CheckpointReport | None, list[tuple[str, str, str]]]:
+    """Cross-check, decide id-list bases from its tensor evidence (or code), and redo the layer kinds that depend on them."""
+    report = cross_check(layout, files) if files else None
+    changed, findings = _decide_bases(layout, report, trees, built.model_class if built else None)
+    if changed:
+        rebuild_kinds(raw, layout)
+        report = cross_check(layout, files) if files else None
+    return report, findings
+
+
+@dataclass
+class _Pages:
+    layers: list[LayerRow]
+    layers_total: int
+    constructed: ConstructedOut | None
+    next_cursor: str | None
+    gaps: list[str]
+
+
+def _pages(args: InspectConfigInput, rows: list[LayerRow], built: ConstructedView | None, probe_id: str | None) -> _Pages:
+    """`page` names the list cursor and limit apply to; the other list shows its first page."""
+    fingerprint = inputs_fingerprint("inspect_config", args.model_dump(mode="json"))
+
+    def page(items: list[Any], name: str, default: int, maximum: int) -> Any:
+        mine = args.page == name
+        return paginate(
+            items,
+            cursor=args.cursor if mine else None,
+            limit=args.limit if mine else None,
+            fingerprint=fingerprint,
+            default_limit=default,
+            max_limit=maximum,
+        )
+
+    layers = page(rows, "layers", LAYERS_DEFAULT, LAYERS_MAX)
+    result = _Pages(layers.items, layers.total, None, layers.next_cursor if args.page == "layers" else None, [])
+    if built is None:
+        return result
+    differences = page([DifferenceOut(**vars(d)) for d in built.differences], "differences", DIFFERENCES_DEFAULT, DIFFERENCES_MAX)
+    result.constructed = _constructed(built, probe_id, differences.items, differences.total)
+    if args.page == "differences":
+        result.next_cursor = differences.next_cursor
+    elif differences.next_cursor:
+        result.gaps.append(
+            f"{differences.total - len(differences.items)} more constructed differences: call again with page=differences."
+        )
+    return result
+
+
+def inspect_config(args: InspectConfigInput, env: ToolEnv) -> InspectConfigOutput:
+    """Inspect a checkpoint's true layer layout: backbone and MTP/draft counts, a per-layer table
+    (dense/MoE, attention kind, routing, sharing), layer-indexed arrays and layer-id lists (with
+    their 0/1 base decided from tensor names or consumer code), periodic rules expanded per layer,
+    and quantization with ignore lists summarised. With safetensors present it cross-checks the
+    index and shard headers (never tensor data). With construct (default) it builds the config in the
+    recorded interpreter the way `vllm serve` does — plugins, hf_overrides, speculative rewrite — and
+    lists field-by-field differences. Unknowns are listed in evidence_gaps, never filled with defaults.
+    """
+    if args.python and env.policy.mode is not Mode.EDIT:
+        raise ToolFailure(
+            ErrorCode.REVIEW_MODE,
+            "python is accepted only in edit mode; in review mode the environment record's interpreter is used "
+            "(environment action=establish).",
+        )
+    if args.page == "differences" and not args.construct:
+        raise bad_input("page=differences needs construct=true.")
+    location = locate_model(env.policy, args.model, args.model_revision)
+    env.policy.protect(location.path)
+    raw = load_config(location.path)
+    layout = analyse(raw)
+    files = scan_checkpoint(location.path, env.policy)
+    need_code = bool(args.consumers_of) or any(i.ids for i in layout.id_lists)
+    target = _target(args, env) if args.construct or need_code else _Target()
+    built, probe_id, construct_gaps = _construct(args, env, target, location, raw)
+    trees, tree_gaps = _code_trees(args, env, target, need_code)
+    report, base_findings = _cross_check_with_bases(layout, raw, files, trees, built)
+    findings = [*layout.findings, *base_findings, *(constructed_findings(layout, built) if built else [])]
+    pages = _pages(args, _rows(layout, report), built, probe_id)
+    return InspectConfigOutput(
+        findings=[_finding(f) for f in ordered_findings(findings)],
+        model=location.label,
+        backbone_layers=layout.backbone_layers,
+        mtp_layers=layout.mtp_layers,
+        mtp_key=layout.mtp_key,
+        mtp_naming=report.mtp_naming if report else None,
+        submodels=[Submodel(**vars(s), primary=s.name == layout.primary) for s in layout.submodels],
+        layers=pages.layers,
+        layers_total=pages.layers_total,
+        arrays=[ArrayOut(name=a.name, length=a.length, covers=a.covers, distinct=a.distinct) for a in layout.arrays],
+        id_lists=[
+            IdListOut(name=i.name, ids=i.ids, base=i.base, evidence=i.evidence, meaning=i.meaning) for i in layout.id_lists
+        ],
+        rules=[RuleOut(**vars(r)) for r in layout.rules],
+        quantization=_quantization(layout, report),
+        checkpoint=_checkpoint(report) if report else None,
+        constructed=pages.constructed,
+        consumers=_consumers(args, trees) if args.consumers_of else [],
+        evidence_gaps=[
+            *layout.gaps,
+            *_checkpoint_gaps(files),
+            *target.gaps,
+            *construct_gaps,
+            *tree_gaps,
+            *id_list_gaps(layout),
+            *pages.gaps,
+        ],
+        next_cursor=pages.next_cursor,
+    )
+
+
+SPEC = ToolSpec(
+    name="inspect_config",
+    effect=Effect.READS,
+    run=inspect_config,
+    input_model=InspectConfigInput,
+    output_model=InspectConfigOutput,
+    title="Inspect a checkpoint's layer layout",
+    idempotent=True,
+    cpu_heavy=True,
+)
