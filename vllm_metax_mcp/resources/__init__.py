@@ -38,6 +38,8 @@ class Guide:
 
 GUIDES: tuple[Guide, ...] = (
     Guide("common-rules", "Common rules", "Environment record, confirmation, subjects, review mode, evidence, errors, jobs."),
+    Guide("review-cases", "Review cases", "Investigation prompts per model family: what to check and which tool answers it."),
+    Guide("checkpoint-structure", "Checkpoint structure", "How real checkpoints lay out backbone, MTP, arrays, rules, id lists and quantization."),
 )
 
 

@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field, ValidationError
 from .. import __version__
 from ..core.errors import ErrorCode, ToolFailure
 from ..core.policy import Effect
+from ..prompts import register_prompts
 from ..resources import register_resources
 from ..tools import ALL_TOOLS, served_tools
 from ..tools.base import Runtime, ToolEnv, ToolSpec, invoke, parse_input
@@ -171,4 +172,5 @@ def build_server(runtime: Runtime, tools: tuple[ToolSpec, ...] = ALL_TOOLS) -> M
         )
     server.middleware.append(_policy_middleware({t.name for t in served}, tools))
     register_resources(server, runtime)
+    register_prompts(server, runtime)
     return server
