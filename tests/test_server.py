@@ -43,6 +43,7 @@ REVIEW_CALLS: dict[str, list[dict[str, Any]]] = {
         {"symbol": "pkg.model", "direction": "consumers", "upstream": ".", "target": "HEAD"},
     ],
     "inspect_config": [{"model": ".", "construct": False}, {"model": "pkg"}],
+    "run_smoke_test": [{"model": "pkg"}, {"model": "pkg", "subject": "index"}],
     "diff_model": [
         {"upstream": ".", "target": "HEAD~1", "paths": ["pkg/"]},
         {"upstream": ".", "target": "HEAD", "paths": ["pkg/"], "subject": "index", "detail": "symbols"},

@@ -75,6 +75,11 @@ def register_resources(server: MCPServer, runtime: Runtime) -> None:
     def job_status(job_id: str) -> str:
         return _json(runtime.store.read(f"jobs/{_hex_id(job_id, 'j-')}/status.json"), "job")
 
+    @server.resource(f"{SCHEME}://smoke/{{run_id}}", name="smoke-evidence", mime_type="application/json",
+                     description="The evidence record of a smoke test (run_id from run_smoke_test.run_id).")
+    def smoke_evidence(run_id: str) -> str:
+        return _json(runtime.store.read(f"smoke/{_hex_id(run_id, 's-')}/evidence.json"), "smoke-test run")
+
     @server.resource(f"{SCHEME}://results/{{result_id}}", name="tool-result", mime_type="application/json",
                      description="The inputs and output of an earlier tool result (cite it as tool_result evidence).")
     def tool_result(result_id: str) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..core.policy import Effect, Mode
-from . import diff_model, environment, export_snapshot, inspect_config, jobs, trace_dependency
+from . import diff_model, environment, export_snapshot, inspect_config, jobs, run_smoke_test, trace_dependency
 from .base import ToolSpec
 
 ALL_TOOLS: tuple[ToolSpec, ...] = (
@@ -13,6 +13,7 @@ ALL_TOOLS: tuple[ToolSpec, ...] = (
     inspect_config.SPEC,
     export_snapshot.SPEC,
     jobs.SPEC,
+    run_smoke_test.SPEC,
 )
 
 
