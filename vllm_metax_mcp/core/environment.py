@@ -217,8 +217,12 @@ def resolve_upstream(policy: Policy, upstream: str, target: str | None) -> Upstr
 # -- the record ------------------------------------------------------------------------------
 
 
+def record_id(repo: Repository) -> str:
+    return digest(repo.key, 16)
+
+
 def record_key(repo: Repository) -> str:
-    return f"environments/{digest(repo.key, 16)}.json"
+    return f"environments/{record_id(repo)}.json"
 
 
 def load_record(store: StateStore, repo: Repository) -> dict[str, Any] | None:

@@ -37,9 +37,11 @@ class Guide:
 
 
 GUIDES: tuple[Guide, ...] = (
+    Guide("upgrade-workflow", "Upgrade workflow", "Steps of a model upgrade, the tool for each, evidence, boundaries, when to stop."),
     Guide("common-rules", "Common rules", "Environment record, confirmation, subjects, review mode, evidence, errors, jobs."),
     Guide("review-cases", "Review cases", "Investigation prompts per model family: what to check and which tool answers it."),
     Guide("checkpoint-structure", "Checkpoint structure", "How real checkpoints lay out backbone, MTP, arrays, rules, id lists and quantization."),
+    Guide("real-weight-trim", "Real-weight trims", "Source checks, raw byte copy, renaming, verification, reproducible script, load validation."),
 )
 
 

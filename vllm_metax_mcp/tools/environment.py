@@ -15,6 +15,7 @@ from ..core.environment import (
     default_python,
     instruction_files,
     load_record,
+    record_id,
     resolve_upstream,
     run_probe,
     runtime_package_dir,
@@ -57,6 +58,7 @@ class Plugin(BaseModel):
 class EnvironmentOutput(ToolOutput):
     action: str
     record_exists: bool = False
+    record_id: str | None = Field(default=None, description="Read the full record as resource vllm-metax://environments/{record_id}.")
     subject: str | None = None
     subject_tree_hash: str | None = None
     subject_drifted: bool | None = Field(default=None, description="True when the subject changed since the record was made.")
@@ -89,6 +91,7 @@ def _output(action: str, record: dict[str, Any], drifted: bool | None = None) ->
     return EnvironmentOutput(
         action=action,
         record_exists=True,
+        record_id=record.get("record_id"),
         subject=record["subject"],
         subject_tree_hash=record["subject_tree_hash"],
         subject_drifted=drifted,
@@ -138,6 +141,7 @@ def _establish(args: EnvironmentInput, env: ToolEnv) -> EnvironmentOutput:
         "instruction_files": instruction_files(subject),
         "confirmation": carry_confirmation(previous, mapping),
         "established_at": time.time(),
+        "record_id": record_id(repo),
     }
     save_record(env.store, repo, record)
     return _output("establish", record)
