@@ -1,10 +1,12 @@
 """diff_model over a plugin's model files against a full upstream tree, cold and warm, beside git.
 
-Run: `python -m bench.bench_diff_model [VERSION]` or `python bench/bench_diff_model.py [VERSION]`
-(default 0.26.0; the tree comes from the test workbench's wheel cache). The plugin is built like
-vLLM-MetaX's model directory: the DeepSeek V4 family flattened from `nvidia/` and `common/ops/`
-and a set of classic models, each with the MACA edit. The reference is `git diff --no-index
---stat` run over the same pairs in the same run. Prints seconds and ratios; asserts no time.
+Run: `python -m bench.bench_diff_model [VERSION [RELEASE ...]]` or `python bench/bench_diff_model.py
+[VERSION [RELEASE ...]]` (default 0.26.0; the trees come from the test workbench's wheel cache). The
+plugin is built like vLLM-MetaX's model directory: the DeepSeek V4 family flattened from `nvidia/`
+and `common/ops/` and a set of classic models, each with the MACA edit. The reference is `git diff
+--no-index --stat` run over the same pairs in the same run. With RELEASE versions, detail=releases
+(each release a directory, paired and counted per file) is timed cold and warm beside `git diff
+--no-index --stat` over every pair at every release. Prints seconds and ratios; asserts no time.
 """
 
 from __future__ import annotations
@@ -49,29 +51,35 @@ def plugin_files(tree: Path) -> dict[str, str]:
     return files
 
 
-def run_tool(root: Path, tree: Path, detail: str) -> tuple[float, DiffModelOutput]:
-    env = ToolEnv(runtime=Runtime.create([str(root), str(tree)], state_dir=str(root / "state")), tool="diff_model")
-    arguments = DiffModelInput(plugin_repo="plugin", upstream=str(tree), detail=detail, limit=MAX_PAIRS)
+def run_tool(root: Path, tree: Path, detail: str, releases: list[Path] | None = None) -> tuple[float, DiffModelOutput]:
+    roots = [str(root), str(tree), *(str(r) for r in releases or [])]
+    env = ToolEnv(runtime=Runtime.create(roots, state_dir=str(root / "state")), tool="diff_model")
+    arguments = DiffModelInput(
+        plugin_repo="plugin", upstream=str(tree), detail=detail, limit=MAX_PAIRS, releases=[str(r) for r in releases or []]
+    )
     start = time.perf_counter()
     output = diff_model(arguments, env)
     return time.perf_counter() - start, output
 
 
-def git_stat(root: Path, tree: Path, output: DiffModelOutput) -> tuple[float, int]:
+def git_stat(root: Path, trees: list[Path], output: DiffModelOutput) -> tuple[float, int]:
+    """`git diff --no-index --stat` of every pair against the same path in each tree."""
     pairs = [p for p in output.pairs if p.stats is not None and p.upstream]
     start = time.perf_counter()
-    for pair in pairs:
-        subprocess.run(
-            ["git", "diff", "--no-index", "--stat", str(tree / pair.upstream), str(root / "plugin" / pair.local)],
-            capture_output=True,
-            check=False,
-        )
+    for tree in trees:
+        for pair in pairs:
+            subprocess.run(
+                ["git", "diff", "--no-index", "--stat", str(tree / (pair.upstream or "")), str(root / "plugin" / pair.local)],
+                capture_output=True,
+                check=False,
+            )
     return time.perf_counter() - start, len(pairs)
 
 
 def main() -> None:
     version = sys.argv[1] if len(sys.argv) > 1 else "0.26.0"
     tree = upstream_source(version)
+    releases = [upstream_source(v) for v in sys.argv[2:]]
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
         files = plugin_files(tree)
@@ -79,12 +87,20 @@ def main() -> None:
         cold, output = run_tool(root, tree, "summary")
         warm, _ = run_tool(root, tree, "summary")
         symbols, _ = run_tool(root, tree, "symbols")
-        reference, compared = git_stat(root, tree, output)
+        reference, compared = git_stat(root, [tree], output)
+        if releases:
+            cold_releases, _ = run_tool(root, tree, "releases", releases)
+            warm_releases, _ = run_tool(root, tree, "releases", releases)
+            per_release, _ = git_stat(root, releases, output)
     print(f"vLLM {version}: {output.total} plugin files, {compared} with an upstream counterpart; counts {output.counts}")
     print(f"modules indexed {output.modules_indexed} (parsed cold {output.parsed})")
     print(f"git diff --no-index --stat over the {compared} pairs: {reference:6.2f} s")
     for label, seconds in (("cold summary", cold), ("warm summary", warm), ("warm symbols", symbols)):
         print(f"diff_model {label:13} {seconds:6.2f} s   ratio {seconds / reference:5.1f}x git")
+    if releases:
+        print(f"git diff --no-index --stat over the pairs at {len(releases)} releases: {per_release:6.2f} s")
+        for label, seconds in (("cold releases", cold_releases), ("warm releases", warm_releases)):
+            print(f"diff_model {label:13} {seconds:6.2f} s   ratio {seconds / per_release:5.1f}x git")
 
 
 if __name__ == "__main__":

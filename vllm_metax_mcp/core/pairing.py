@@ -26,13 +26,13 @@ another upstream file matches the local content better than the rule's counterpa
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
 from .evidence import CommitEvidence, FileEvidence, NoteEvidence
 from .family import FamilyLayout, SubdirKind, family_layout
-from .pyindex import Definition, IndexedModule, ModuleIndex
+from .pyindex import Definition, IndexedModule, ModuleIndex, RecordCache, module_name
 from .subjects import RevisionSubject, Subject
 from .symdiff import strip_maca
 from .textdiff import line_profile, similarity
@@ -151,6 +151,20 @@ class Trees:
         self.local_modules = {m.path: m for m in self.index.modules.values() if m.side == "plugin"}
         self.upstream_modules = {m.path: m for m in self.index.modules.values() if m.side == "upstream"}
         self.upstream_files = frozenset(p for p in self.upstream.list(UPSTREAM_ROOT + "/") if p.endswith(".py"))
+
+
+def build_trees(local: Subject, upstream: Subject, cache: RecordCache, prefixes: Iterable[str], extra: Iterable[str] = ()) -> Trees:
+    """Index the plugin's `prefixes` and the whole upstream `vllm/` (plus `extra` upstream paths,
+    e.g. override targets elsewhere): symbol and subclass rules search all of upstream."""
+    index = ModuleIndex()
+    index.add_tree("plugin", local, cache, prefixes)
+    index.add_tree("upstream", upstream, cache, [UPSTREAM_ROOT + "/", *extra])
+    return Trees(local, upstream, index)
+
+
+def paired_modules(pairs: Iterable[Pair]) -> dict[str, str]:
+    """Local module -> the upstream module it is paired with (tells a copy's own imports from overrides)."""
+    return {module_name(p.local) or "": module_name(p.upstream) or "" for p in pairs if p.upstream}
 
 
 def _note(text: str) -> NoteEvidence:
@@ -558,10 +572,13 @@ def pair_files(
     overrides: Mapping[str, str | None],
     registrations: Mapping[str, tuple[int, int]],
     answers: Mapping[str, bool] | None = None,
+    judge_content: bool = True,
 ) -> Pairing:
     """Pair each of `local_files` (sorted) with its upstream counterpart and list the target-only files.
 
     `registrations` maps plugin files that call `register_model` to (first line, call count).
+    `judge_content=False` skips the content flags and candidates, which never change a pair's
+    counterpart (pairing against older releases only needs the counterparts).
     """
     local_data = trees.local.read_many(local_files)
     pairer = _Pairer(trees, local_data, answers or {})
@@ -589,7 +606,8 @@ def pair_files(
         else:
             pair.evidence += evidence
             pair.flag("moved", 0.0)
-    pairer.judge_content(pairs)
+    if judge_content:
+        pairer.judge_content(pairs)
     for pair in pairs:
         pair.status = _status(pair, trees)
     unknowns = []

@@ -22,7 +22,7 @@ from .dispatch import dotted, evaluate
 from .state import StateStore
 from .subjects import Subject
 
-RECORD_VERSION = 4
+RECORD_VERSION = 5
 PARALLEL_THRESHOLD = 64
 JIT_DECORATOR_MARKERS = ("jit", "autotune", "compile", "custom_op", "register_fake")
 
@@ -68,6 +68,8 @@ class ModuleRecord:
     jit_kernels: list[str] = field(default_factory=list)
     exports: list[str] | None = None
     error: str | None = None
+    guarded_names: list[str] = field(default_factory=list)
+    """Names bound only inside module-level if/try/with blocks (`if platform: def f(): ...`)."""
 
     def definition(self, name: str) -> Definition | None:
         return next((d for d in self.definitions if d.name == name), None)
@@ -82,6 +84,7 @@ class ModuleRecord:
             jit_kernels=data["jit_kernels"],
             exports=data["exports"],
             error=data["error"],
+            guarded_names=data.get("guarded_names", []),
         )
 
 
@@ -274,7 +277,26 @@ def scan_source(source: bytes, answers: Mapping[str, bool] | None = None) -> Mod
             if isinstance(statement.value, (ast.List, ast.Tuple)):
                 record.exports = [e.value for e in statement.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
     record.names_used = sorted(used)
+    record.guarded_names = sorted(_guarded_names(tree.body))
     return record
+
+
+def _guarded_names(statements: list[ast.stmt], nested: bool = False) -> set[str]:
+    """Functions, classes and plain assignments inside module-level compound statements."""
+    names: set[str] = set()
+    for statement in statements:
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names |= {statement.name} if nested else set()
+        elif isinstance(statement, (ast.Assign, ast.AnnAssign)) and nested:
+            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+        else:
+            for child in ("body", "orelse", "finalbody", "handlers"):
+                block = getattr(statement, child, None)
+                if isinstance(block, list):
+                    inner = [s for b in block for s in (b.body if isinstance(b, ast.ExceptHandler) else [b])]
+                    names |= _guarded_names([s for s in inner if isinstance(s, ast.stmt)], True)
+    return names
 
 
 def _scan_to_dict(item: tuple[bytes, dict[str, bool]]) -> dict[str, Any]:
@@ -291,6 +313,8 @@ class RecordCache:
         self.answers = dict(answers or {})
         salt = hashlib.sha1(json.dumps([RECORD_VERSION, sorted(self.answers.items())]).encode()).hexdigest()[:8]
         self.root = store.path(f"cache/pyindex/{salt}")
+        self.memory: dict[str, ModuleRecord] = {}
+        """Records already loaded in this process, so trees sharing blobs (releases) read each once."""
         self.hits = 0
         self.misses = 0
 
@@ -303,7 +327,10 @@ class RecordCache:
         missing: list[str] = []
         for path in paths:
             try:
-                records[path] = ModuleRecord.from_dict(json.loads(self._path(entries[path].sha).read_text()))
+                sha = entries[path].sha
+                if sha not in self.memory:
+                    self.memory[sha] = ModuleRecord.from_dict(json.loads(self._path(sha).read_text()))
+                records[path] = self.memory[sha]
                 self.hits += 1
             except (FileNotFoundError, ValueError, KeyError, TypeError):
                 missing.append(path)
@@ -318,7 +345,7 @@ class RecordCache:
                 scanned = [_scan_to_dict(item) for item in items]
             for path, data in zip(missing, scanned):
                 self._store(entries[path].sha, data)
-                records[path] = ModuleRecord.from_dict(data)
+                records[path] = self.memory[entries[path].sha] = ModuleRecord.from_dict(data)
         return records
 
     def _store(self, sha: str, data: dict[str, Any]) -> None:

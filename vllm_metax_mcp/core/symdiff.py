@@ -54,6 +54,8 @@ class ImportSwap:
     line: int
     paired: bool
     """The local module is itself paired with the upstream module in this comparison."""
+    upstream_line: int
+    """Line of the upstream import of the same name."""
 
 
 @dataclass
@@ -228,6 +230,6 @@ def import_swaps(
     swaps = []
     for name, (module, line) in sorted(_bindings(local, local_root).items()):
         if name in theirs:
-            upstream_module = theirs[name][0]
-            swaps.append(ImportSwap(name, module, upstream_module, line, paired.get(module) == upstream_module))
+            upstream_module, upstream_line = theirs[name]
+            swaps.append(ImportSwap(name, module, upstream_module, line, paired.get(module) == upstream_module, upstream_line))
     return swaps

@@ -3,26 +3,47 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from ..core.errors import bad_input, not_found
 from ..core.evidence import Evidence
-from ..core.pairing import Pair, Rule, Status, Trees, pair_files
+from ..core.matrix import DiffClass, MatrixRow, difference_matrix
+from ..core.pairing import (
+    Pair,
+    Pairing,
+    Rule,
+    Status,
+    Trees,
+    build_trees,
+    pair_files,
+    paired_modules,
+)
+from ..core.plugin_facts import plugin_facts
 from ..core.policy import Effect
-from ..core.pyindex import ModuleIndex, RecordCache, module_name
+from ..core.pyindex import RecordCache
 from ..core.registration import plugin_registrations
-from ..core.results import inputs_fingerprint, paginate
-from ..core.subjects import Subject, clean_path
+from ..core.releases import (
+    MAX_RELEASES,
+    FileReleases,
+    PairingInputs,
+    Release,
+    closest_releases,
+    family_summaries,
+    resolve_releases,
+)
+from ..core.results import Page, inputs_fingerprint, paginate
+from ..core.subjects import RevisionSubject, Subject, clean_path
 from ..core.symdiff import SymbolDiff, diff_extension, diff_symbols, import_swaps
 from ..core.textdiff import StatsCache, split_lines, unified_diff
 from .base import ToolEnv, ToolOutput, ToolSpec
 from .common import UpstreamArgs, open_plugin_repo, open_plugin_subject, open_upstream
 
-DEFAULT_LIMITS = {"summary": 20, "symbols": 5, "diff": 200}
+DEFAULT_LIMITS = {"summary": 20, "symbols": 5, "releases": 20, "matrix": 15, "diff": 200}
 MAX_PAIRS = 500
 MAX_DIFF_LINES = 5000
+MAX_ROWS = 2000
 
 
 class DiffModelInput(UpstreamArgs):
@@ -34,17 +55,29 @@ class DiffModelInput(UpstreamArgs):
         default_factory=dict,
         description="Plugin path -> upstream path (null: no counterpart); wins over every pairing rule.",
     )
-    detail: Literal["summary", "symbols", "diff"] = Field(
+    releases: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_RELEASES,
+        description="Upstream releases, oldest first: revisions of the upstream repository (tags such as v0.25.0) "
+        "or directories containing vllm/. Each pair then gets its closest release (the newest with the fewest "
+        "differing lines), the matrix's base.",
+    )
+    detail: Literal["summary", "symbols", "releases", "matrix", "diff"] = Field(
         default="summary",
         description="summary: pairs with status, rule, flags, stats; symbols: plus the symbol diff and import "
-        "swaps; diff: the unified diff of `file`, paged by lines.",
+        "swaps; releases: pairs with differing lines per release and family summaries (needs releases); "
+        "matrix: the MACA/upstream difference matrix, one proposed class per differing symbol, paged by rows; "
+        "diff: the unified diff of `file`, paged by lines.",
     )
-    file: str | None = Field(default=None, description="detail=diff: the plugin (or upstream) path of one pair.")
+    file: str | None = Field(
+        default=None, description="detail=diff: the plugin (or upstream) path of one pair; detail=matrix: only its rows."
+    )
     cursor: str | None = None
     limit: int | None = Field(
         default=None,
         description=f"Pairs per page (default {DEFAULT_LIMITS['summary']}, {DEFAULT_LIMITS['symbols']} with "
-        f"detail=symbols; max {MAX_PAIRS}) or diff lines (default {DEFAULT_LIMITS['diff']}, max {MAX_DIFF_LINES}).",
+        f"detail=symbols; max {MAX_PAIRS}), matrix rows (default {DEFAULT_LIMITS['matrix']}, max {MAX_ROWS}) "
+        f"or diff lines (default {DEFAULT_LIMITS['diff']}, max {MAX_DIFF_LINES}).",
     )
 
 
@@ -88,6 +121,7 @@ class ImportSwap(BaseModel):
     upstream_module: str
     line: int = Field(description="Line of the local import.")
     paired: bool = Field(description="The local module is the pair of the upstream module (a copy follows its original).")
+    upstream_line: int = Field(description="Line of the upstream import.")
 
 
 class Candidate(BaseModel):
@@ -113,6 +147,13 @@ class PairResult(BaseModel):
     symbols: Symbols | None = None
     import_swaps: list[ImportSwap] = Field(default_factory=list)
     error: str | None = Field(default=None, description="Why a side could not be parsed.")
+    closest_release: str | None = Field(
+        default=None, description="With releases: the newest release with the fewest differing lines (the file's base)."
+    )
+    per_release: dict[str, int | None] = Field(
+        default_factory=dict,
+        description="With releases: differing lines (added + removed) against each release's counterpart; null: none there.",
+    )
 
 
 class TargetOnly(BaseModel):
@@ -120,6 +161,39 @@ class TargetOnly(BaseModel):
     kind: Literal["family", "branch", "shared", "other_platform", "unreferenced", "directory"]
     files: int
     guard: str | None = Field(default=None, description="For other_platform: the dispatch condition that selects it.")
+
+
+class ReleaseInfo(BaseModel):
+    label: str
+    commit: str | None = Field(description="Null for a release directory.")
+
+
+class FamilyRelease(BaseModel):
+    family: str = Field(description="Local family directory, e.g. vllm_metax/models/deepseek_v4/.")
+    files: dict[str, int] = Field(description="Closest release -> how many of the family's files it is closest for.")
+    newest: str
+    by_rule: dict[str, list[str]] = Field(description="Pairing rule -> the closest releases of the files it paired (oldest first).")
+    lagging: list[str] = Field(description="Files whose closest release is older than `newest`.")
+
+
+class MatrixEntry(BaseModel):
+    """A baseline row audit_commits imports: keyed by (local, symbol); the shape is stable."""
+
+    local: str = Field(description="Plugin path.")
+    symbol: str = Field(description="Top-level name or Class.method (local names; upstream-only symbols by upstream name), "
+                        "import:<name> for an import swap, * for the whole file.")
+    upstream: str | None = Field(description="Upstream path at the target.")
+    upstream_symbol: str | None
+    change: Literal[
+        "added", "removed", "changed", "renamed", "subclass", "import_swap", "identical_file", "removed_file", "identical_override"
+    ]
+    proposed_class: DiffClass = Field(description="A proposal, never a decision.")
+    also: list[str] = Field(default_factory=list, description="Other classes whose rules also applied.")
+    upstream_changed: bool | None = Field(description="The target changed this symbol since the base release; null without releases.")
+    base: str | None = Field(description="The release the MACA edit was measured against; null: the target.")
+    evidence: list[Evidence]
+    leads: list[str] = Field(default_factory=list, description="Comments on the differing lines: leads to read, never proof.")
+    rationale: str
 
 
 class DiffModelOutput(ToolOutput):
@@ -131,6 +205,10 @@ class DiffModelOutput(ToolOutput):
     counts: dict[str, int] = Field(default_factory=dict, description="Pairs per status over all pages, and target_only files.")
     target_only: list[TargetOnly] = Field(default_factory=list, description="Not repeated with detail=diff.")
     diff: list[str] = Field(default_factory=list, description="detail=diff: this page of the unified diff (upstream -> local).")
+    releases: list[ReleaseInfo] = Field(default_factory=list, description="The releases compared, oldest first.")
+    families: list[FamilyRelease] = Field(default_factory=list, description="With releases: the closest releases per local family.")
+    matrix: list[MatrixEntry] = Field(default_factory=list, description="detail=matrix: this page of rows, sorted by (local, symbol).")
+    matrix_counts: dict[str, int] = Field(default_factory=dict, description="detail=matrix: rows per proposed class over all pages.")
     parse_errors: list[str] = Field(default_factory=list)
     unknowns: list[str] = Field(default_factory=list)
     modules_indexed: int = 0
@@ -174,9 +252,7 @@ class _Describer:
     def __init__(self, trees: Trees, stats: StatsCache, pairs: list[Pair]) -> None:
         self.trees = trees
         self.stats = stats
-        self.paired = {
-            module_name(p.local) or "": module_name(p.upstream) or "" for p in pairs if p.upstream
-        }
+        self.paired = paired_modules(pairs)
 
     def _error(self, pair: Pair) -> str | None:
         sides = [("local", self.trees.local_modules.get(pair.local))]
@@ -249,6 +325,70 @@ def _target_label(upstream: Subject, target: str | None, commit: str | None) -> 
     return f"{upstream.label} (no revision)"
 
 
+def _check_detail(args: DiffModelInput) -> None:
+    if args.detail == "diff" and not args.file:
+        raise bad_input("detail=diff needs file: a plugin (or upstream) path from a summary call.")
+    if args.file and args.detail not in ("diff", "matrix"):
+        raise bad_input("file is only used with detail=diff or detail=matrix.")
+    if args.detail == "releases" and not args.releases:
+        raise bad_input("detail=releases needs releases: upstream tags (oldest first) or release directories.")
+
+
+def _releases(args: DiffModelInput, env: ToolEnv, plugin: Subject, upstream: Subject, inputs: PairingInputs,
+              cache: RecordCache, stats: StatsCache, pairs: list[Pair]) -> tuple[list[Release], dict[str, FileReleases]]:
+    """The releases asked for and each file's distance to them (the target's pairs reused where it is one)."""
+    if not args.releases:
+        return [], {}
+    repo = upstream.repo if isinstance(upstream, RevisionSubject) else None
+    releases = resolve_releases(env.policy, args.releases, repo)
+    known = {upstream.commit: pairs} if isinstance(upstream, RevisionSubject) else {}
+    return releases, closest_releases(plugin, releases, cache, stats, inputs, known)
+
+
+def _matrix_entry(row: MatrixRow) -> MatrixEntry:
+    fields = vars(row) | {"also": [c.value for c in row.also], "evidence": list(row.evidence), "leads": list(row.leads)}
+    return MatrixEntry(**fields)
+
+
+NO_RELEASES = (
+    "No releases: each file's base is the target, so upstream changes and overrides of symbols the target removed "
+    "read as MACA edits (upstream_changed is null); pass releases."
+)
+
+
+def _matrix_page(args: DiffModelInput, output: DiffModelOutput, trees: Trees, pairs: list[Pair], cache: RecordCache,
+                 closest: dict[str, FileReleases], releases: list[Release], fingerprint: str) -> Page[MatrixRow]:
+    """detail=matrix: the rows (of `file` only, when given), paged, with counts per class and the gaps met."""
+    only = {_find(pairs, args.file).local} if args.file else None
+    rows, gaps = difference_matrix(trees, pairs, plugin_facts(trees.local), cache, closest, releases, only)
+    page = paginate(rows, cursor=args.cursor, limit=args.limit, fingerprint=fingerprint,
+                    default_limit=DEFAULT_LIMITS["matrix"], max_limit=MAX_ROWS)
+    output.matrix = [_matrix_entry(r) for r in page.items]
+    output.matrix_counts = dict(sorted(Counter(r.proposed_class.value for r in rows).items()))
+    output.unknowns += ([] if releases else [NO_RELEASES]) + gaps
+    return page
+
+
+def _add_releases(output: DiffModelOutput, pairs: list[Pair], closest: dict[str, FileReleases], labels: list[str]) -> None:
+    """Closest release and per-release counts on the listed pairs; the family summaries."""
+    rules = {p.local: p.rule.value for p in pairs}
+    output.families = [FamilyRelease(**vars(f)) for f in family_summaries(closest, rules, labels)]
+    for result in output.pairs:
+        if result.local in closest:
+            result.closest_release = closest[result.local].closest
+            result.per_release = closest[result.local].per_release(labels)
+
+
+def _parse_errors(trees: Trees, pairing: Pairing, local_files: list[str]) -> list[str]:
+    paired_upstream = {p.upstream for p in pairing.pairs if p.upstream}
+    return sorted(
+        f"{path}: {module.record.error}"
+        for modules, wanted in ((trees.local_modules, set(local_files)), (trees.upstream_modules, paired_upstream))
+        for path, module in modules.items()
+        if module.record.error and path in wanted
+    )
+
+
 def diff_model(args: DiffModelInput, env: ToolEnv) -> DiffModelOutput:
     """Pair every plugin model file with its true upstream counterpart and diff them by symbol.
 
@@ -261,11 +401,16 @@ def diff_model(args: DiffModelInput, env: ToolEnv) -> DiffModelOutput:
     status, rule, confidence, evidence and line stats; detail=symbols adds the symbol diff and import
     swaps, detail=diff the paged unified diff of one file. target_only lists upstream files of the
     mapped directories nothing pairs with (other platforms' directories as such).
+
+    With releases (oldest first), every pair gets its closest release — paired against each release
+    by the same rules, differing lines counted per release — and families summarise which files lag
+    (detail=releases). detail=matrix proposes a class for every differing symbol (import_swap,
+    maca_kernel, platform_predicate, dtype_path, capability_predicate, obsolete_override,
+    upstream_change, unverified) from the code of the lines the plugin changed since that base, with
+    file/line evidence; comments are quoted as leads, never proof. Its rows, keyed by (local,
+    symbol), are the baseline audit_commits imports.
     """
-    if args.detail == "diff" and not args.file:
-        raise bad_input("detail=diff needs file: a plugin (or upstream) path from a summary call.")
-    if args.file and args.detail != "diff":
-        raise bad_input("file is only used with detail=diff.")
+    _check_detail(args)
     prefixes = [clean_path(p) for p in args.paths]
     repo = open_plugin_repo(args, env)
     plugin = open_plugin_subject(args, env, repo)
@@ -274,41 +419,39 @@ def diff_model(args: DiffModelInput, env: ToolEnv) -> DiffModelOutput:
     if not local_files:
         raise not_found(f"No Python files under {', '.join(args.paths)} in the {plugin.label} subject; pass paths such as vllm_metax/models/.")
     overrides = _overrides(args.mapping_overrides, local_files)
-    cache = RecordCache(env.store)
-    index = ModuleIndex()
-    index.add_tree("plugin", plugin, cache, prefixes)
-    index.add_tree("upstream", upstream, cache, ["vllm/", *(u for u in overrides.values() if u)])
-    trees = Trees(plugin, upstream, index)
-    pairing = pair_files(trees, local_files, overrides, _registrations(plugin, prefixes))
-    describer = _Describer(trees, StatsCache(env.store), pairing.pairs)
+    inputs = PairingInputs(local_files, prefixes, overrides, _registrations(plugin, prefixes))
+    cache, stats = RecordCache(env.store), StatsCache(env.store)
+    trees = build_trees(plugin, upstream, cache, prefixes, [u for u in overrides.values() if u])
+    pairing = pair_files(trees, local_files, overrides, inputs.registrations)
+    releases, closest = _releases(args, env, plugin, upstream, inputs, cache, stats, pairing.pairs)
+    describer = _Describer(trees, stats, pairing.pairs)
     fingerprint = inputs_fingerprint("diff_model", args.model_dump(mode="json"))
     output = DiffModelOutput(
         subject=plugin.label,
         upstream_target=_target_label(upstream, mapping.target, mapping.target_commit),
         unknowns=pairing.unknowns,
+        releases=[ReleaseInfo(label=r.label, commit=r.commit) for r in releases],
     )
-    limit_max = MAX_DIFF_LINES if args.detail == "diff" else MAX_PAIRS
+    page: Page[Any]
     if args.detail == "diff":
         pair = _find(pairing.pairs, args.file or "")
         page = paginate(describer.diff_lines(pair), cursor=args.cursor, limit=args.limit, fingerprint=fingerprint,
-                        default_limit=DEFAULT_LIMITS["diff"], max_limit=limit_max)
+                        default_limit=DEFAULT_LIMITS["diff"], max_limit=MAX_DIFF_LINES)
         output.pairs, output.diff = [describer.describe(pair, symbols=True)], page.items
+    elif args.detail == "matrix":
+        page = _matrix_page(args, output, trees, pairing.pairs, cache, closest, releases, fingerprint)
     else:
         page = paginate(pairing.pairs, cursor=args.cursor, limit=args.limit, fingerprint=fingerprint,
-                        default_limit=DEFAULT_LIMITS[args.detail], max_limit=limit_max)
+                        default_limit=DEFAULT_LIMITS[args.detail], max_limit=MAX_PAIRS)
         output.pairs = [describer.describe(p, symbols=args.detail == "symbols") for p in page.items]
         output.target_only = [TargetOnly(**vars(t)) for t in pairing.target_only]
+    if releases:
+        _add_releases(output, pairing.pairs, closest, [r.label for r in releases])
     output.total, output.next_cursor = page.total, page.next_cursor
     output.counts = dict(sorted(Counter(p.status.value for p in pairing.pairs).items()))
     output.counts["target_only"] = sum(t.files for t in pairing.target_only)
-    paired_upstream = {p.upstream for p in pairing.pairs if p.upstream}
-    output.parse_errors = sorted(
-        f"{path}: {module.record.error}"
-        for modules, wanted in ((trees.local_modules, set(local_files)), (trees.upstream_modules, paired_upstream))
-        for path, module in modules.items()
-        if module.record.error and path in wanted
-    )
-    output.modules_indexed, output.cache_hits, output.parsed = len(index.modules), cache.hits, cache.misses
+    output.parse_errors = _parse_errors(trees, pairing, local_files)
+    output.modules_indexed, output.cache_hits, output.parsed = len(trees.index.modules), cache.hits, cache.misses
     return output
 
 
