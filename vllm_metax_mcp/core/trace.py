@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .pyindex import ModuleIndex
@@ -58,12 +59,15 @@ def walk_dependencies(
     first_party: frozenset[str],
     max_depth: int,
     max_rows: int,
+    stop: Mapping[str, str] | None = None,
 ) -> Walk:
     """Breadth-first over modules; imported symbols get their own `module:Name` rows.
 
     Branches an out-of-tree platform does not take are recorded (branch `not_taken`) but not
-    followed; conditional ones are followed and keep their guard.
+    followed; conditional ones are followed and keep their guard. Modules in `stop` (owned by
+    another workflow) are recorded with that reason as their boundary and not followed.
     """
+    stop = stop or {}
     walk = Walk()
     rows: dict[str, Row] = {}
     skipped: dict[str, Row] = {}
@@ -91,8 +95,10 @@ def walk_dependencies(
         indexed = index.get(module)
         if symbol:
             symbols.append(Row(f"{module}:{symbol}", indexed.path if indexed else None, side, reached_from, guard, branch, None, depth))
+        if depth and module in stop:
+            boundary = stop[module]
         fresh = add(Row(module, indexed.path if indexed else None, side, reached_from, guard, branch, boundary, depth))
-        if not fresh or indexed is None or depth >= max_depth:
+        if not fresh or indexed is None or depth >= max_depth or (depth and module in stop):
             continue
         for record in indexed.record.imports:
             target = indexed.absolute(record.module)

@@ -6,19 +6,26 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from ..core.audit import Findings, Model, audit, owned_modules, probe_target
+from ..core.codebase import Codebase
+from ..core.environment import load_record
 from ..core.errors import bad_input, not_found
+from ..core.evidence import Evidence
+from ..core.overrides import find_overrides, override_facts
 from ..core.policy import Effect
 from ..core.pyindex import ModuleIndex, RecordCache
 from ..core.registration import Registration, plugin_registrations, upstream_registrations
 from ..core.results import inputs_fingerprint, paginate
-from ..core.subjects import Subject
+from ..core.revisions import upstream_history
+from ..core.subjects import RevisionSubject, Subject
 from ..core.trace import Row, Walk, consumers, walk_dependencies
 from .base import ToolEnv, ToolOutput, ToolSpec
 from .common import UpstreamArgs, open_plugin_repo, open_plugin_subject, open_upstream
 
-DEFAULT_LIMIT = 60
+DEFAULT_LIMIT = 30
 MAX_LIMIT = 1000
 MAX_ROWS = 20000
+Section = Literal["inventory", "defects", "ops", "overrides", "patches", "kernels", "config_rewrites", "weight_loading"]
 
 
 class TraceInput(UpstreamArgs):
@@ -30,6 +37,18 @@ class TraceInput(UpstreamArgs):
     platform_answers: dict[str, bool] = Field(
         default_factory=dict,
         description="Answers for platform predicates (default: every is_* is False, as for an out-of-tree platform).",
+    )
+    section: Section = Field(
+        default="inventory",
+        description="Which list this page holds (the others are empty; `counts` gives every list's size): "
+        "inventory, defects, ops, overrides, patches, kernels, config_rewrites or weight_loading.",
+    )
+    follow_owned: bool = Field(
+        default=False, description="Walk into modules owned by the patch, registry and attention-backend workflows too."
+    )
+    probe_ops: bool = Field(default=True, description="Ask the target interpreter which torch.ops its binaries provide.")
+    python: str | None = Field(
+        default=None, description="Interpreter for the op probe (edit mode only); default: the environment record's."
     )
     cursor: str | None = None
     limit: int | None = Field(default=None, description=f"Rows per page (default {DEFAULT_LIMIT}, max {MAX_LIMIT}).")
@@ -62,6 +81,86 @@ class Boundary(BaseModel):
     package: str
     side: str
     reason: str
+    kind: Literal["component", "pending_upgrade", "owned"] = Field(
+        default="component",
+        description="component: stdlib / third-party / compiled; pending_upgrade: a plugin module outside the model "
+        "whose own imports fail (not a model defect); owned: a patch, registry or attention-backend module.",
+    )
+    file: str | None = None
+    evidence: list[Evidence] = Field(default_factory=list)
+
+
+class DefectRow(BaseModel):
+    kind: Literal["unresolved_import", "breaks_at_target", "override_target_changed", "skipped_base_init", "signature_drift", "op_not_found"]
+    file: str
+    line: int
+    detail: str
+    symbol: str | None = None
+    evidence: list[Evidence]
+
+
+class OpOut(BaseModel):
+    op: str = Field(description="namespace.name as in torch.ops.<namespace>.<name>.")
+    used_in: list[str] = Field(description="Up to three file:line uses on the path, plugin modules first.")
+    registered_in: list[str] = Field(description="file:line (mechanism) of every source registration in either tree.")
+    installed: bool | None = Field(description="Whether the installed binaries provide it; null: not probed or undecidable (see unknowns).")
+    schemas: list[str] = Field(description="Installed schemas, one per overload (or, unprobed, those the sources declare).")
+    schema_from: Literal["installed", "source"] | None = None
+
+
+class TargetOut(BaseModel, from_attributes=True):
+    symbol: str
+    exists: bool | None = Field(description="Whether the target still exists at the target revision (null: not comparable).")
+    changed: bool | None = Field(description="Changed between base and target (null without base).")
+    file: str | None = None
+    line: int | None = None
+
+
+class OverrideOut(BaseModel, from_attributes=True):
+    kind: Literal["custom_op", "quant_config", "attention_backend", "same_path"]
+    name: str
+    key: str | None = Field(description="Registration key, or the selection condition of an attention backend.")
+    file: str
+    line: int
+    replaces: list[TargetOut]
+    on_path: bool
+    detail: str
+    bypassed_by: list[str] = Field(description="Plugin modules on the path that import the shadowed upstream module anyway.")
+
+
+class PatchOut(BaseModel, from_attributes=True):
+    how: Literal["assignment", "setattr", "decorator", "module_replacement"]
+    target: TargetOut
+    replacement: str | None
+    file: str
+    line: int
+    on_path: bool
+
+
+class KernelOut(BaseModel):
+    kernel: str
+    file: str
+    line: int
+    decorators: list[str]
+    required: list[str] = Field(description="Parameters the target kernel requires (autotune/heuristics keys excluded).")
+    launched_from: list[str]
+    missing: dict[str, list[str]] = Field(description="Launch site -> required parameters it binds no argument to.")
+    gained: list[str] = Field(description="Parameters the target kernel has and the base kernel had not (with base).")
+
+
+class ConfigRewriteOut(BaseModel, from_attributes=True):
+    file: str
+    line: int
+    architectures: list[str]
+    guard: str | None
+    model_types: list[str]
+
+
+class WeightLoadingOut(BaseModel, from_attributes=True):
+    symbol: str
+    kind: Literal["load_weights", "weights_mapper"]
+    file: str
+    line: int
 
 
 class TraceOutput(ToolOutput):
@@ -76,6 +175,16 @@ class TraceOutput(ToolOutput):
     modules_indexed: int = 0
     cache_hits: int = 0
     parsed: int = 0
+    section: str = "inventory"
+    counts: dict[str, int] = Field(default_factory=dict, description="Size of every list, paged or not.")
+    defects: list[DefectRow] = Field(default_factory=list)
+    ops: list[OpOut] = Field(default_factory=list)
+    overrides: list[OverrideOut] = Field(default_factory=list)
+    patches: list[PatchOut] = Field(default_factory=list)
+    kernels: list[KernelOut] = Field(default_factory=list)
+    config_rewrites: list[ConfigRewriteOut] = Field(default_factory=list)
+    weight_loading: list[WeightLoadingOut] = Field(default_factory=list)
+    probe_id: str | None = Field(default=None, description="The op probe's id (cite it as probe evidence).")
 
 
 def _build_index(plugin: Subject, upstream: Subject, cache: RecordCache) -> ModuleIndex:
@@ -147,7 +256,7 @@ def _annotate(rows: list[Row], index: ModuleIndex, base_index: ModuleIndex | Non
             )
 
 
-def _entry(args: TraceInput, plugin: Subject, upstream: Subject) -> tuple[Entry, list[tuple[str, str | None]], list[str]]:
+def _entry(args: TraceInput, plugin: Subject, upstream: Subject) -> tuple[Entry, list[tuple[str, str | None]], list[str], Model]:
     entry = Entry(arch=args.arch)
     starts: list[tuple[str, str | None]] = []
     unknowns: list[str] = []
@@ -169,7 +278,12 @@ def _entry(args: TraceInput, plugin: Subject, upstream: Subject) -> tuple[Entry,
         unknowns.append(f"{args.arch} is not in the upstream registry tables at the target: a new or removed architecture?")
     if not starts:
         raise not_found(f"{args.arch} is registered neither in the plugin nor upstream; check the architecture name in config.json.")
-    return entry, starts, unknowns
+    model = Model(
+        local[0].module if local else None, local[0].path if local else None,
+        remote[0].module if remote else None, remote[0].path if remote else None,
+        tuple((m, s) for m, s in starts if s),
+    )
+    return entry, starts, unknowns, model
 
 
 def _inactive(index: ModuleIndex, entry: Entry, reached: set[str]) -> list[str]:
@@ -183,56 +297,120 @@ def _inactive(index: ModuleIndex, entry: Entry, reached: set[str]) -> list[str]:
     return sorted(m.path for name, m in index.modules.items() if name.startswith(module + ".") and name not in reached)
 
 
+def _section_rows(section: str, walk: Walk, findings: Findings) -> list[BaseModel]:
+    """The chosen list as output rows (only that list is converted)."""
+    if section == "inventory":
+        return [InventoryRow(**vars(r)) for r in walk.rows]
+    if section == "defects":
+        return [DefectRow.model_validate(vars(d)) for d in findings.defects]
+    if section == "ops":
+        return [
+            OpOut(op=r.op, used_in=r.used_in[:3], registered_in=[f"{g.where} ({g.how})" for g in r.registered_in],
+                  installed=r.installed, schemas=r.schema, schema_from=r.schema_from)
+            for r in findings.ops
+        ]
+    if section == "kernels":
+        return [
+            KernelOut(kernel=k.kernel.symbol, file=k.file, line=k.line, decorators=k.decorators, required=k.required,
+                      launched_from=k.launched_from, missing=k.missing, gained=k.gained)
+            for k in findings.kernels
+        ]
+    model = {"overrides": OverrideOut, "patches": PatchOut, "config_rewrites": ConfigRewriteOut, "weight_loading": WeightLoadingOut}[section]
+    return [model.model_validate(item) for item in getattr(findings, section)]
+
+
+def _counts(walk: Walk, findings: Findings) -> dict[str, int]:
+    counts = {"inventory": len(walk.rows)}
+    counts.update({name: len(getattr(findings, name)) for name in ("defects", "ops", "overrides", "patches", "kernels", "config_rewrites", "weight_loading")})
+    for defect in findings.defects:
+        counts[f"defects.{defect.kind}"] = counts.get(f"defects.{defect.kind}", 0) + 1
+    return counts
+
+
+def _boundaries(walk: Walk, findings: Findings) -> list[Boundary]:
+    boundaries: dict[str, Boundary] = {}
+    stdlib: set[str] = set()
+    for row in walk.rows:
+        if row.boundary and row.side == "stdlib":
+            stdlib.add(row.name.split(".")[0])
+        elif row.boundary and row.side in ("third_party", "binary", "missing"):
+            package = row.name.split(":")[0] if row.side in ("binary", "missing") else row.name.split(".")[0]
+            boundaries.setdefault(package, Boundary(package=package, side=row.side, reason=row.boundary))
+    if stdlib:
+        shown = ", ".join(sorted(stdlib)[:8]) + (", …" if len(stdlib) > 8 else "")
+        boundaries["stdlib"] = Boundary(package="stdlib", side="stdlib", reason=f"standard library, {len(stdlib)} modules ({shown}): stable, not traced")
+    notes = [
+        Boundary(package=n.module, side="plugin", reason=n.reason, kind=n.kind, file=n.file, evidence=n.evidence)  # type: ignore[arg-type]
+        for n in findings.boundaries
+    ]
+    return sorted(boundaries.values(), key=lambda b: (b.side, b.package)) + sorted(notes, key=lambda b: (b.kind, b.package))
+
+
 def trace_dependency(args: TraceInput, env: ToolEnv) -> TraceOutput:
     """Walk a model's dependencies from its registration (plugin and upstream) through imports,
     re-exports and class bases, keeping the platform branch an out-of-tree platform takes, down to
     stdlib / third-party / compiled boundaries; or (direction=consumers) list who uses a symbol.
 
-    Rows are paged; plugin rows carry their upstream counterpart and MetaX difference, and with
-    `base` every row carries the upstream delta between base and target.
+    Beside the inventory: the plugin's overrides and patches (by mechanism) with the upstream
+    symbol each replaces, the torch ops on the path checked against the installed binaries (a probe
+    in the environment record's interpreter), JIT kernel launches, config rewrites, weight loading,
+    and defects with file, line and evidence. One list is paged per call (`section`); `counts`
+    gives all sizes. With `base`, rows carry the upstream delta and breaking imports the release
+    where they broke.
     """
     if args.direction == "dependencies" and not args.arch:
         raise bad_input("direction=dependencies needs arch (the architecture name from config.json).")
     if args.direction == "consumers" and not args.symbol:
         raise bad_input("direction=consumers needs symbol (module or module:Name).")
+    if args.direction == "consumers" and args.section != "inventory":
+        raise bad_input("direction=consumers only has the inventory section.")
     repo = open_plugin_repo(args, env)
     plugin = open_plugin_subject(args, env, repo)
     upstream, _ = open_upstream(args, env, repo)
     cache = RecordCache(env.store, args.platform_answers)
     index = _build_index(plugin, upstream, cache)
     plugin_packages = _plugin_packages(index)
-    output = TraceOutput()
-    if args.direction == "consumers":
-        module, _, symbol = (args.symbol or "").partition(":")
-        walk: Walk = consumers(index, module, symbol or None, args.depth, MAX_ROWS)
-    else:
-        output.entry, starts, output.unknowns = _entry(args, plugin, upstream)
-        walk = walk_dependencies(index, starts, frozenset({"vllm"}) | plugin_packages, args.depth, MAX_ROWS)
-        output.inactive = _inactive(index, output.entry, walk.names())
-    base_index = None
+    first_party = frozenset({"vllm"}) | plugin_packages
+    base_index = base_subject = None
     if args.base:
         base_subject, _ = open_upstream(args, env, repo, revision=args.base)
         base_index = ModuleIndex()
         base_index.add_tree("upstream", base_subject, cache, ["vllm/"])
+    output = TraceOutput(section=args.section)
+    findings = Findings()
+    if args.direction == "consumers":
+        module, _, symbol = (args.symbol or "").partition(":")
+        walk: Walk = consumers(index, module, symbol or None, args.depth, MAX_ROWS)
+    else:
+        output.entry, starts, output.unknowns, model = _entry(args, plugin, upstream)
+        code = Codebase(index, {"plugin": plugin, "upstream": upstream}, first_party)
+        packages = frozenset({model.plugin_module.split(".")[0]}) if model.plugin_module else plugin_packages
+        found = find_overrides(code, override_facts(env.store, code, packages), base_index)
+        stop = {} if args.follow_owned else owned_modules(found, model.members(code))
+        walk = walk_dependencies(index, starts, first_party, args.depth, MAX_ROWS, stop)
+        output.inactive = _inactive(index, output.entry, walk.names())
+        history = None
+        if isinstance(base_subject, RevisionSubject) and isinstance(upstream, RevisionSubject):
+            history = upstream_history(upstream.repo, base_subject.commit, upstream.commit, cache)
+        probe = probe_target(args.python, env.policy.mode, load_record(env.store, repo) if repo else None, args.probe_ops)
+        findings = audit(env.store, code, walk, found, stop, model, base_index, history, plugin_packages, probe)
+        output.unknowns += findings.unknowns
+        output.probe_id = findings.probe_id
     _annotate(walk.rows, index, base_index, plugin_packages)
     if walk.truncated:
         output.unknowns.append(f"The walk stopped at {MAX_ROWS} rows; narrow it with depth.")
-    boundaries: dict[str, Boundary] = {}
-    for row in walk.rows:
-        if row.boundary and row.side in ("third_party", "binary", "stdlib", "missing"):
-            package = row.name.split(":")[0] if row.side in ("binary", "missing") else row.name.split(".")[0]
-            boundaries.setdefault(package, Boundary(package=package, side=row.side, reason=row.boundary))
-    output.boundaries = sorted(boundaries.values(), key=lambda b: (b.side, b.package))
+    output.boundaries = _boundaries(walk, findings)
     output.parse_errors = sorted(f"{m.path}: {m.record.error}" for m in index.modules.values() if m.record.error)
     page = paginate(
-        [InventoryRow(**vars(r)) for r in walk.rows],
+        _section_rows(args.section, walk, findings),
         cursor=args.cursor,
         limit=args.limit,
         fingerprint=inputs_fingerprint("trace_dependency", args.model_dump(mode="json")),
         default_limit=DEFAULT_LIMIT,
         max_limit=MAX_LIMIT,
     )
-    output.inventory, output.total, output.next_cursor = page.items, page.total, page.next_cursor
+    setattr(output, args.section, page.items)
+    output.total, output.next_cursor, output.counts = page.total, page.next_cursor, _counts(walk, findings)
     output.modules_indexed, output.cache_hits, output.parsed = len(index.modules), cache.hits, cache.misses
     return output
 
