@@ -12,15 +12,19 @@ from pathlib import Path
 from .errors import ErrorCode, ToolFailure
 
 
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` in one rename; readers never see a partial file."""
+def write_bytes_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Replace `path` with `data` in one rename; readers never see a partial file.
+
+    Caches pass durable=False: a lost cache entry is recomputed, so it skips the fsync.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

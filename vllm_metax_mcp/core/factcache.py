@@ -7,11 +7,11 @@ kernels) keep their own small JSON facts per file here, salted by scanner name a
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .atomic import write_bytes_atomic
 from .state import StateStore
 from .subjects import Subject
 
@@ -44,8 +44,4 @@ class FactCache:
         return facts
 
     def _store(self, sha: str, data: dict[str, Any]) -> None:
-        target = self._path(sha)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, separators=(",", ":")))
-        os.replace(tmp, target)
+        write_bytes_atomic(self._path(sha), json.dumps(data, separators=(",", ":")).encode(), durable=False)

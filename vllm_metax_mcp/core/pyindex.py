@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
-import os
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .dispatch import dotted, evaluate
+from .atomic import write_bytes_atomic
 from .state import StateStore
 from .subjects import Subject
 
@@ -349,11 +349,7 @@ class RecordCache:
         return records
 
     def _store(self, sha: str, data: dict[str, Any]) -> None:
-        target = self._path(sha)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, separators=(",", ":")))
-        os.replace(tmp, target)
+        write_bytes_atomic(self._path(sha), json.dumps(data, separators=(",", ":")).encode(), durable=False)
 
 
 # -- the assembled index ---------------------------------------------------------------------
