@@ -244,6 +244,16 @@ def test_requested_devices_that_do_not_exist_block_and_start_nothing(root: Path,
     assert json.loads((run / "evidence.json").read_text())["verdict"] == "blocked"
 
 
+@pytest.mark.timeout(120)
+def test_an_interpreter_without_vllm_blocks_instead_of_failing_the_model(runtime: Runtime) -> None:
+    """The test process's interpreter has no vLLM: nothing about the model was tested, so the
+    verdict is blocked (CLI exit 3), never failed."""
+    result = call(runtime, {"model": "llama", "python": sys.executable})
+    assert result.verdict == "blocked", result.reasons
+    assert "no vLLM server" in result.reasons[0]
+    assert result.requests == []
+
+
 # -- a real server ---------------------------------------------------------------------------
 
 

@@ -57,6 +57,10 @@ def has_vllm_metadata():
         return False
 
 
+NO_ENGINE_EXIT = 3
+"""Exit status when the interpreter has no vLLM server to start: the run is blocked, not failed."""
+
+
 def choose_entry():
     if has_vllm_metadata():
         return "vllm serve", "vllm.entrypoints.cli.main"
@@ -66,7 +70,8 @@ def choose_entry():
                 return "module", module
         except ImportError:
             continue
-    raise SystemExit("no vLLM OpenAI-compatible server entry found (tried vllm serve and %s)" % ", ".join(MODULE_ENTRIES))
+    sys.stderr.write("no vLLM OpenAI-compatible server entry found (tried vllm serve and %s)\n" % ", ".join(MODULE_ENTRIES))
+    sys.exit(NO_ENGINE_EXIT)
 
 
 STATE = {"pid": os.getpid(), "python": {"version": sys.version.split()[0], "executable": sys.executable}}

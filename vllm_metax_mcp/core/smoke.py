@@ -34,6 +34,9 @@ from .state import StateStore
 
 SMOKE_MARKER_ENV = "VLLM_METAX_MCP_SMOKE"
 WRAPPER = Path(__file__).with_name("serve_wrapper.py")
+NO_ENGINE_EXIT = 3
+"""The wrapper's exit status when the interpreter has no vLLM server (serve_wrapper.py runs
+standalone in the target interpreter, so it keeps its own copy of this number)."""
 HEALTH_POLL_S = 0.5
 REQUEST_TIMEOUT_S = 180.0
 TEARDOWN = ((signal.SIGINT, 20.0), (signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0))
@@ -585,6 +588,9 @@ class Run:
             self.reasons.append(f"processes left after teardown: {self.evidence['teardown']['leftover_pids']}")
         self.origins()
         self.evidence["log_tail"], self.evidence["errors"] = read_log(log_path)
+        if proc.returncode == NO_ENGINE_EXIT:
+            self.reasons[:] = ["the interpreter has no vLLM server to start (see log_tail): nothing about the model was tested"]
+            return self.finish("blocked")
         output = self.finish("failed" if self.reasons else "passed")
         signal.signal(signal.SIGTERM, previous)
         if stopped:
