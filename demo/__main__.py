@@ -28,9 +28,21 @@ PLUGIN_FILES = {
     "vllm_metax/models/deepseek_v2.py": "class DeepseekV2ForCausalLM:\n    dtype = 'bfloat16'  # MetaX: keep the BF16 path\n",
     "AGENTS.md": "Read docs/developer_guide.md before changing models.\n",
 }
+REGISTRY = '_TEXT_GENERATION_MODELS = {"DeepseekV2ForCausalLM": ("deepseek_v2", "DeepseekV2ForCausalLM")}\n'
 UPSTREAM_RELEASES = {
-    "v0.1.0": {"vllm/__init__.py": "", "vllm/model_executor/models/deepseek_v2.py": "class DeepseekV2ForCausalLM:\n    dtype = 'bfloat16'\n"},
+    "v0.1.0": {
+        "vllm/__init__.py": "",
+        "vllm/model_executor/__init__.py": "",
+        "vllm/model_executor/models/__init__.py": "",
+        "vllm/model_executor/models/registry.py": REGISTRY,
+        "vllm/model_executor/models/deepseek_v2.py": "class DeepseekV2ForCausalLM:\n    dtype = 'bfloat16'\n",
+    },
     "v0.2.0": {"vllm/model_executor/models/deepseek_v2.py": "class DeepseekV2ForCausalLM:\n    dtype = 'fp8'\n"},
+}
+TINY_CONFIG = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 4, "hidden_size": 128,
+    "intermediate_size": 256, "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 4,
+    "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "torch_dtype": "float32",
 }
 
 
@@ -75,7 +87,7 @@ def build_workspace(root: Path) -> dict[str, Path]:
         git(upstream, "commit", "-qm", f"release {tag}")
         git(upstream, "tag", tag)
     model.mkdir()
-    (model / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 1}))
+    (model / "config.json").write_text(json.dumps(TINY_CONFIG, indent=1))
     tiny_safetensors(model / "model.safetensors")
     return {"plugin": plugin, "upstream": upstream, "model": model}
 
@@ -113,8 +125,14 @@ async def drive(paths: dict[str, Path], state: Path) -> None:
                 "python": sys.executable,
             }),
             ("environment confirm", "environment", {**plugin, "action": "confirm", "upstream": "vllm", "target": "v0.2.0"}),
+            ("diff_model of the staged model", "diff_model", {**plugin, "subject": "index", "detail": "symbols"}),
+            ("trace_dependency from the registration", "trace_dependency", {**plugin, "arch": "DeepseekV2ForCausalLM", "limit": 5}),
+            ("audit_commits of the release range", "audit_commits", {**plugin, "action": "list", "base": "v0.1.0"}),
             ("inspect_config of the tiny model", "inspect_config", {**plugin, "model": "tiny-model"}),
+            ("plan_trim of the tiny model", "plan_trim", {**plugin, "model": "tiny-model"}),
+            ("trim_model (dummy)", "trim_model", {**plugin, "model": "tiny-model", "output": "tiny-trimmed", "output_mode": "dummy"}),
             ("export_snapshot of the staged index", "export_snapshot", {**plugin, "subject": "index", "output": "staged-snapshot"}),
+            ("run_smoke_test (needs a vLLM in the recorded interpreter)", "run_smoke_test", {**plugin, "model": "tiny-trimmed"}),
             ("jobs", "jobs", {"action": "list"}),
         ]
         for title, tool, arguments in calls:

@@ -43,6 +43,7 @@ REVIEW_CALLS: dict[str, list[dict[str, Any]]] = {
         {"symbol": "pkg.model", "direction": "consumers", "upstream": ".", "target": "HEAD"},
     ],
     "inspect_config": [{"model": ".", "construct": False}, {"model": "pkg"}],
+    "plan_trim": [{"model": "."}, {"model": "pkg", "layers": [0], "device_memory_gb": 1}],
     "run_smoke_test": [{"model": "pkg"}, {"model": "pkg", "subject": "index"}],
     "diff_model": [
         {"upstream": ".", "target": "HEAD~1", "paths": ["pkg/"]},
@@ -55,6 +56,11 @@ REVIEW_CALLS: dict[str, list[dict[str, Any]]] = {
             "file": "pkg/model.py",
             "mapping_overrides": {"pkg/model.py": "pkg/model.py"},
         },
+    ],
+    "audit_commits": [
+        {"upstream": ".", "target": "HEAD", "base": "HEAD~1", "paths": ["pkg/"], "mapping_overrides": {"pkg/model.py": "pkg/model.py"}},
+        {"action": "status", "upstream": ".", "target": "HEAD", "paths": ["pkg/"], "subject": "index"},
+        {"action": "export", "upstream": ".", "target": "HEAD", "paths": ["pkg/"], "mapping_overrides": {"pkg/model.py": "pkg/model.py"}},
     ],
 }
 

@@ -37,6 +37,28 @@ ID_LIST_MEANINGS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("sliding", "swa", "local"), "sliding"),
     (("hash",), "hash"),
 )
+#: How each rule the kind builder reads relates to layer ids, and which kinds it decides: what a
+#: depth trim must keep true. `below`: layers with id < value; `from_end`: the last `value` layers;
+#: `period`: a modulus over ids (a trim refits it).
+RULE_FORMS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "first_k_dense_replace": ("below", ("dense", "moe")),
+    "moe_layer_freq": ("period", ("dense", "moe")),
+    "decoder_sparse_step": ("period", ("dense", "moe")),
+    "full_attention_interval": ("period", ("attn:",)),
+    "sliding_window_pattern": ("period", ("attn:",)),
+    "max_window_layers": ("below", ("attn:",)),
+    "num_hash_layers": ("below", ("route:",)),
+    "num_kv_shared_layers": ("from_end", ("kv:",)),
+}
+#: The kinds an id list of each meaning decides.
+MEANING_KINDS: dict[str, tuple[str, ...]] = {
+    "dense": ("dense", "moe"),
+    "moe": ("dense", "moe"),
+    "full": ("attn:",),
+    "linear": ("attn:",),
+    "sliding": ("attn:",),
+    "hash": ("route:",),
+}
 
 
 # -- reading -----------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError
 from mcp.server.mcpserver.resources import TextResource
 
+from ..core.ledger import ledger_path
 from ..core.results import load_result
 from ..tools.base import Runtime
 
@@ -86,3 +87,10 @@ def register_resources(server: MCPServer, runtime: Runtime) -> None:
                      description="The inputs and output of an earlier tool result (cite it as tool_result evidence).")
     def tool_result(result_id: str) -> str:
         return _json(load_result(runtime.store, _hex_id(result_id, "r-")), "result")
+
+    @server.resource(f"{SCHEME}://ledgers/{{ledger_id}}", name="audit-ledger", mime_type="application/json",
+                     description="An audit_commits ledger (ledger_id from audit_commits.ledger_id): decisions, baseline, annotations.")
+    def audit_ledger(ledger_id: str) -> str:
+        if len(ledger_id) != 24 or not set(ledger_id) <= set("0123456789abcdef"):
+            raise ResourceError(f"{ledger_id!r} is not a ledger id (24 hex digits).")
+        return _json(runtime.store.read(ledger_path(ledger_id)), "ledger")

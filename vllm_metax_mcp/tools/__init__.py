@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from ..core.policy import Effect, Mode
 from . import diff_model, environment, export_snapshot, inspect_config, jobs, run_smoke_test, trace_dependency
+from . import plan_trim
+from . import trim_model
+from . import audit_commits
 from .base import ToolSpec
 
 ALL_TOOLS: tuple[ToolSpec, ...] = (
@@ -14,6 +17,9 @@ ALL_TOOLS: tuple[ToolSpec, ...] = (
     export_snapshot.SPEC,
     jobs.SPEC,
     run_smoke_test.SPEC,
+    plan_trim.SPEC,
+    trim_model.SPEC,
+    audit_commits.SPEC,
 )
 
 

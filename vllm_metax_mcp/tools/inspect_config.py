@@ -674,6 +674,45 @@ def inspect_config(args: InspectConfigInput, env: ToolEnv) -> InspectConfigOutpu
     )
 
 
+@dataclass
+class CheckpointEvidence:
+    """The layout inspect_config derives, for tools that build on it (plan_trim, trim_model)."""
+
+    location: ModelLocation
+    raw: dict[str, Any]
+    layout: Layout
+    files: CheckpointFiles | None
+    report: CheckpointReport | None
+    trees: list[SourceTree]
+    record: dict[str, Any] | None
+    findings: list[tuple[str, str, str]]
+    gaps: list[str]
+
+
+def checkpoint_evidence(args: SubjectArgs, env: ToolEnv, model: str, model_revision: str | None) -> CheckpointEvidence:
+    """The raw layout cross-checked against the checkpoint's tensor names, id-list bases decided from
+    tensors or (with an environment record) consumer code, and the source trees that were searched.
+    The model directory becomes a protected path: nothing may be written into it."""
+    location = locate_model(env.policy, model, model_revision)
+    env.policy.protect(location.path)
+    raw = load_config(location.path)
+    layout = analyse(raw)
+    files = scan_checkpoint(location.path, env.policy)
+    target = _Target()
+    try:
+        target.repo = open_plugin_repo(args, env)
+    except ToolFailure as failure:
+        target.gaps.append(f"No environment record: plugin_repo is not usable ({failure.message})")
+    if target.repo is not None:
+        target.record = load_record(env.store, target.repo)
+    for site in (target.record or {}).get("site_dirs", []):
+        env.policy.allow_read(site)
+    trees, tree_gaps = _code_trees(args, env, target, True)  # type: ignore[arg-type]  # uses only the SubjectArgs fields
+    report, findings = _cross_check_with_bases(layout, raw, files, trees, None)
+    gaps = [*layout.gaps, *_checkpoint_gaps(files), *target.gaps, *tree_gaps, *id_list_gaps(layout)]
+    return CheckpointEvidence(location, raw, layout, files, report, trees, target.record, findings, gaps)
+
+
 SPEC = ToolSpec(
     name="inspect_config",
     effect=Effect.READS,

@@ -1,0 +1,220 @@
+"""What a dummy trim writes beside the rewritten config: tokenizer, generation, chat-template and
+processor assets (one copy of each format, no weights), the smoke cases that reach the covered
+paths, and a small image when a vision tower needs one."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import struct
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .smoke_cases import ServeSettings, SmokeCase, SmokeCases
+
+MANIFEST_NAME = "trim_manifest.json"
+IMAGE_NAME = "smoke_image.png"
+FAST_TOKENIZER = "tokenizer.json"
+OTHER_TOKENIZER_FORMATS = (
+    "tokenizer.model",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "vocab.json",
+    "merges.txt",
+    "vocab.txt",
+    "tiktoken.model",
+    "qwen.tiktoken",
+    "tekken.json",
+)
+ASSETS = (
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "generation_config.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "preprocessor_config.json",
+    "processor_config.json",
+    "video_preprocessor_config.json",
+)
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".msgpack", ".h5", ".ckpt", ".index.json")
+LONG_WORDS = "the quick brown fox jumps over the lazy dog".split()
+DEFAULT_CONTEXT = 4096
+PROMPT_MARGIN = 32
+STATEMENT = (
+    "A trimmed model proves execution paths (the layers, kernels and loaders it exercises), not the original "
+    "model's accuracy, routing distributions or performance."
+)
+
+
+@dataclass(frozen=True)
+class AssetChoice:
+    copy: list[str]
+    skipped: list[tuple[str, str]]
+
+
+def _remote_code(source: Path, names: set[str]) -> list[str]:
+    """Python files the config's and tokenizer config's auto_map name (needed with trust_remote_code)."""
+    found: list[str] = []
+    for document in ("config.json", "tokenizer_config.json"):
+        if document not in names:
+            continue
+        try:
+            auto_map = json.loads((source / document).read_bytes()).get("auto_map") or {}
+        except (ValueError, AttributeError):
+            continue
+        for value in auto_map.values():
+            for ref in value if isinstance(value, list) else [value]:
+                if isinstance(ref, str) and "--" not in ref and "." in ref:
+                    module = ref.rsplit(".", 1)[0] + ".py"
+                    if module in names and module not in found:
+                        found.append(module)
+    return found
+
+
+def choose_assets(source: Path) -> AssetChoice:
+    """The files a dummy load needs, one tokenizer format: tokenizer.json (what vLLM's fast tokenizer
+    loads) supersedes the slow formats when present."""
+    names = {p.name for p in source.iterdir() if p.is_file()}
+    copy = [n for n in ASSETS if n in names]
+    skipped: list[tuple[str, str]] = []
+    if FAST_TOKENIZER in names:
+        copy.append(FAST_TOKENIZER)
+        skipped += [(n, f"another format of {FAST_TOKENIZER}") for n in OTHER_TOKENIZER_FORMATS if n in names]
+    else:
+        copy += [n for n in OTHER_TOKENIZER_FORMATS if n in names]
+    copy += _remote_code(source, names)
+    for name in sorted(names - set(copy) - {"config.json"} - {n for n, _ in skipped}):
+        why = "weights (dummy mode loads none)" if name.endswith(WEIGHT_SUFFIXES) else "not read by a dummy load"
+        skipped.append((name, why))
+    return AssetChoice(copy, skipped)
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def copy_assets(source: Path, names: list[str], destination: Path, readable: Callable[[Path], Path]) -> dict[str, str]:
+    """Copy each asset (through the read policy, symlinks of a hub cache followed); name -> sha256."""
+    hashes: dict[str, str] = {}
+    for name in names:
+        path = readable(source / name)
+        shutil.copyfile(path, destination / name)
+        hashes[name] = sha256_of(destination / name)
+    return hashes
+
+
+def has_chat_template(source: Path, names: list[str]) -> bool:
+    if "chat_template.jinja" in names or "chat_template.json" in names:
+        return True
+    if "tokenizer_config.json" not in names:
+        return False
+    try:
+        return bool(json.loads((source / "tokenizer_config.json").read_bytes()).get("chat_template"))
+    except (ValueError, AttributeError):
+        return False
+
+
+def tiny_png(size: int = 64) -> bytes:
+    """A plain RGB PNG (no imaging library): the input an image case sends to a vision tower."""
+    row = b"\x00" + bytes([200, 80, 40]) * size
+    raw = row * size
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", size, size, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+
+
+# -- smoke cases ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CaseNeeds:
+    """What the kept paths need from requests."""
+
+    text_covers: list[str]
+    long_tokens: int | None
+    long_covers: list[str]
+    mtp: bool
+    chat: bool
+    image: str | None
+    """The submodel an image input reaches, if any."""
+
+
+def default_context(needs: CaseNeeds, max_positions: int | None) -> int:
+    """Room for the longest case (words may take two tokens each), within the model's positions."""
+    wanted = DEFAULT_CONTEXT
+    if needs.long_tokens:
+        wanted = max(wanted, 1 << (2 * (needs.long_tokens + PROMPT_MARGIN) + 64).bit_length())
+    return min(wanted, max_positions) if max_positions else wanted
+
+
+def long_words(needs: CaseNeeds, context: int) -> int | None:
+    """Words of the long prompt: past the threshold, yet within the context at two tokens a word."""
+    if not needs.long_tokens:
+        return None
+    return min(needs.long_tokens + PROMPT_MARGIN, (context - 64) // 2)
+
+
+def build_cases(needs: CaseNeeds, context: int) -> SmokeCases:
+    """One request per way of reaching a path; the serve settings the paths need."""
+    cases = [
+        SmokeCase(
+            name="text", kind="completion", prompt="The capital of France is", covers="backbone: " + ", ".join(needs.text_covers)
+        ),
+    ]
+    words = long_words(needs, context)
+    if words and needs.long_tokens and words > needs.long_tokens:
+        prompt = " ".join(LONG_WORDS[i % len(LONG_WORDS)] for i in range(words))
+        cases.append(SmokeCase(name="long-context", kind="completion", prompt=prompt, covers=", ".join(needs.long_covers)))
+    if needs.chat:
+        cases.append(
+            SmokeCase(name="chat", kind="chat", messages=[{"role": "user", "content": "Say hello."}], covers="chat template")
+        )
+    if needs.mtp:
+        cases.append(
+            SmokeCase(
+                name="mtp-draft", kind="completion", prompt="Count: one two three", covers="MTP layer (serve.speculative_config)"
+            )
+        )
+    if needs.image:
+        cases.append(SmokeCase(name="image", kind="image", image=IMAGE_NAME, prompt="Describe the image.", covers=needs.image))
+    serve = ServeSettings(
+        load_format="dummy",
+        max_model_len=context,
+        speculative_config={"method": "mtp", "num_speculative_tokens": 1} if needs.mtp else None,
+    )
+    return SmokeCases(serve=serve, cases=cases)
+
+
+def related_examples(models_dir: Path, raw: dict[str, Any], limit: int = 20) -> list[str]:
+    """Trimmed-model examples (directories with a config.json) of the same architecture or model type."""
+    if not models_dir.is_dir():
+        return []
+    wanted = set(raw.get("architectures") or [])
+    found: list[str] = []
+    for entry in sorted(models_dir.iterdir()):
+        config = entry / "config.json"
+        if not config.is_file() or config.stat().st_size > 1 << 20:
+            continue
+        try:
+            other = json.loads(config.read_bytes())
+        except ValueError:
+            continue
+        if isinstance(other, dict) and (
+            set(other.get("architectures") or []) & wanted or other.get("model_type") == raw.get("model_type")
+        ):
+            found.append(entry.name)
+        if len(found) >= limit:
+            break
+    return found
