@@ -23,6 +23,7 @@ from vllm_metax_mcp.core.commits import is_production
 from vllm_metax_mcp.core.errors import ToolFailure
 from vllm_metax_mcp.server.app import build_server
 from vllm_metax_mcp.tools import audit_commits as tool
+from vllm_metax_mcp.tools import trace_dependency as trace_tool
 from vllm_metax_mcp.tools import environment as environment_tool
 from vllm_metax_mcp.tools.base import Runtime, ToolEnv, invoke
 
@@ -394,6 +395,8 @@ def test_annotations_check_their_node(workspace: dict[str, Any]) -> None:
         {"node": "torch", "disposition": "platform_specific", "evidence": [{"kind": "test", "name": "probe", "outcome": "passed"}]},
     ])
     assert [(r.accepted, r.code) for r in result.results] == [(True, None), (False, "not_found"), (True, None)]
+    traced = call(workspace, trace_tool.SPEC, {"plugin_repo": "plugin", "arch": "DeepseekV4ForCausalLM", "depth": 2, "limit": 1000}, "state")
+    assert {r.name: r for r in traced.inventory}["torch"].annotation.startswith("platform_specific")
 
 
 def test_recheck_reports_a_difference_until_the_baseline_or_an_entry_explains_it(workspace: dict[str, Any]) -> None:

@@ -27,6 +27,7 @@ class Row:
     upstream_counterpart: str | None = None
     upstream_delta: list[str] | None = None
     metax_difference: str | None = None
+    annotation: str | None = None
 
 
 @dataclass

@@ -20,6 +20,7 @@ from ..core.revisions import upstream_history
 from ..core.subjects import RevisionSubject, Subject
 from ..core.trace import Row, Walk, consumers, walk_dependencies
 from .base import ToolEnv, ToolOutput, ToolSpec
+from ..core.ledger import ledger_id, load_ledger
 from .common import UpstreamArgs, open_plugin_repo, open_plugin_subject, open_upstream
 
 DEFAULT_LIMIT = 30
@@ -297,6 +298,15 @@ def _inactive(index: ModuleIndex, entry: Entry, reached: set[str]) -> list[str]:
     return sorted(m.path for name, m in index.modules.items() if name.startswith(module + ".") and name not in reached)
 
 
+def _recorded_annotations(rows: list[Row], ledger: dict | None) -> None:
+    """Dispositions recorded for inventory nodes with audit_commits(action=annotate)."""
+    recorded = (ledger or {}).get("annotations") or {}
+    for row in rows:
+        note = recorded.get(row.name)
+        if note:
+            row.annotation = f"{note['disposition']} ({len(note.get('evidence') or [])} evidence item(s), ledger)"
+
+
 def _section_rows(section: str, walk: Walk, findings: Findings) -> list[BaseModel]:
     """The chosen list as output rows (only that list is converted)."""
     if section == "inventory":
@@ -397,6 +407,8 @@ def trace_dependency(args: TraceInput, env: ToolEnv) -> TraceOutput:
         output.unknowns += findings.unknowns
         output.probe_id = findings.probe_id
     _annotate(walk.rows, index, base_index, plugin_packages)
+    if repo is not None and isinstance(upstream, RevisionSubject):
+        _recorded_annotations(walk.rows, load_ledger(env.store, ledger_id(repo.key, upstream.commit)))
     if walk.truncated:
         output.unknowns.append(f"The walk stopped at {MAX_ROWS} rows; narrow it with depth.")
     output.boundaries = _boundaries(walk, findings)
