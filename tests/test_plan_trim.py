@@ -8,9 +8,10 @@ from typing import Any
 
 import anyio
 import pytest
-from helpers import git, snapshot
+from helpers import snapshot
 from mcp import Client
 from test_inspect_config import (
+    established_plugin,
     FIXTURES,
     NORM,
     deepseek_v4_tensors,
@@ -24,7 +25,6 @@ from test_inspect_config import (
 from vllm_metax_mcp.core.errors import ErrorCode, ToolFailure
 from vllm_metax_mcp.server.app import build_server
 from vllm_metax_mcp.tools import ALL_TOOLS
-from vllm_metax_mcp.tools import environment as environment_tool
 from vllm_metax_mcp.tools import plan_trim as tool
 from vllm_metax_mcp.tools.base import Runtime, ToolEnv, invoke
 
@@ -342,15 +342,7 @@ def test_served_read_only_in_review_mode_and_writes_nothing(tmp_path: Path) -> N
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_changed_fields_name_their_readers_in_the_recorded_environment(tmp_path: Path, vllm_cpu_python: Path) -> None:
-    plugin = tmp_path / "plugin"
-    (plugin / "vllm_metax").mkdir(parents=True)
-    (plugin / "vllm_metax/__init__.py").write_text("")
-    git(tmp_path, "init", "-q", str(plugin))
-    git(plugin, "add", "-A")
-    git(plugin, "commit", "-qm", "plugin")
-    rt = runtime(tmp_path)
-    establish = {"plugin_repo": "plugin", "action": "establish", "python": str(vllm_cpu_python)}
-    anyio.run(lambda: invoke(environment_tool.SPEC, establish, ToolEnv(runtime=rt, tool="environment")))
+    rt = established_plugin(tmp_path, vllm_cpu_python)
     write_model(tmp_path / "v4", fixture("v4"))
     result = plan(tmp_path, {"model": "v4", "plugin_repo": "plugin"}, rt)
     readers = {c.field: c.read_by for c in result.config_changes}
