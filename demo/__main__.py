@@ -131,6 +131,8 @@ async def drive(paths: dict[str, Path], state: Path) -> None:
             ("inspect_config of the tiny model", "inspect_config", {**plugin, "model": "tiny-model"}),
             ("plan_trim of the tiny model", "plan_trim", {**plugin, "model": "tiny-model"}),
             ("trim_model (dummy)", "trim_model", {**plugin, "model": "tiny-model", "output": "tiny-trimmed", "output_mode": "dummy"}),
+            ("trim_model (real weights: copied, verified, extract.py proven)", "trim_model",
+             {**plugin, "model": "tiny-model", "output": "tiny-trimmed-real", "output_mode": "real"}),
             ("export_snapshot of the staged index", "export_snapshot", {**plugin, "subject": "index", "output": "staged-snapshot"}),
             ("run_smoke_test (needs a vLLM in the recorded interpreter)", "run_smoke_test", {**plugin, "model": "tiny-trimmed"}),
             ("jobs", "jobs", {"action": "list"}),

@@ -331,7 +331,7 @@ def test_index_subject_is_what_the_server_imported(index_run: dict[str, Any]) ->
     assert index_run["repo_after"] == index_run["repo_before"], "a review run leaves the repository untouched"
 
 
-_TRANSFORMERS_GREEDY = """
+TRANSFORMERS_GREEDY = """
 import json, sys, torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 path, prompt, prompt_ids, new = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4])
@@ -363,7 +363,7 @@ def test_real_weights_answer_like_transformers(runtime: Runtime, root: Path, vll
     assert first.token_ids
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     proc = subprocess.run(
-        [str(vllm_cpu_python), "-c", _TRANSFORMERS_GREEDY, str(root / "llama"), prompt, json.dumps(first.prompt_token_ids), "12"],
+        [str(vllm_cpu_python), "-c", TRANSFORMERS_GREEDY, str(root / "llama"), prompt, json.dumps(first.prompt_token_ids), "12"],
         capture_output=True, text=True, timeout=300, env=env, cwd=root,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

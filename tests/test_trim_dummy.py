@@ -212,14 +212,6 @@ def test_existing_output_needs_overwrite_and_a_failed_plan_leaves_it_untouched(t
     assert leftovers(root) == []
 
 
-def test_real_output_mode_is_refused_as_not_implemented_before_any_work(tmp_path: Path) -> None:
-    root = tmp_path / "root"
-    write_model(root / "v3", fixture("v3"))
-    message = refused(root, {"model": "v3", "output": "tiny", "output_mode": "real"}, ErrorCode.BAD_INPUT).message
-    assert message.startswith('output_mode="real"') and "not implemented yet" in message and 'output_mode="dummy"' in message
-    assert not (root / "tiny").exists()
-
-
 def test_review_mode_hides_trim_model_and_refuses_it_by_name(tmp_path: Path) -> None:
     root = tmp_path / "root"
     write_model(root / "llama", fixture("llama"))

@@ -37,6 +37,17 @@ class JobHandle:
     job_id: str
 
 
+class Stopped(BaseException):
+    """Raised in a job's worker when it is asked to stop (SIGTERM from a cancel), so its cleanup still runs;
+    the worker records nothing, and the canceller marks the job cancelled."""
+
+
+def stop_requested(signum: int, frame: Any) -> None:
+    """SIGTERM handler for job workers: raise Stopped once, ignore repeats while cleaning up."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Stopped()
+
+
 def _now() -> float:
     return time.time()
 

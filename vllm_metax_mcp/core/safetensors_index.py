@@ -9,46 +9,22 @@ multi-gigabyte read.
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 from .errors import ToolFailure
+from .extract_script import HeaderError, parse_header
 from .policy import Policy
 
 SHARD_SUFFIX = ".safetensors"
 INDEX_SUFFIX = ".safetensors.index.json"
 PREFERRED_INDEX = "model.safetensors.index.json"
-MAX_HEADER_BYTES = 100 * 1024 * 1024
 MAX_INDEX_BYTES = 256 * 1024 * 1024
-DTYPE_BYTES = {
-    "F64": 8,
-    "F32": 4,
-    "F16": 2,
-    "BF16": 2,
-    "I64": 8,
-    "I32": 4,
-    "I16": 2,
-    "I8": 1,
-    "U64": 8,
-    "U32": 4,
-    "U16": 2,
-    "U8": 1,
-    "BOOL": 1,
-    "F8_E4M3": 1,
-    "F8_E5M2": 1,
-    "F8_E8M0": 1,
-}
 RANK_PATTERN = re.compile(r"(?:^|[-_.])(?:mp_rank|tp_rank|rank|tp)[-_]?(\d+)", re.IGNORECASE)
 
 Problem = tuple[str, str, str]
 """(severity, code, message)."""
-
-
-class HeaderError(Exception):
-    """A shard header that cannot be trusted; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +32,9 @@ class Tensor:
     dtype: str | None
     shape: tuple[int, ...] | None
     shard: str
+    nbytes: int | None = None
+    offset: int | None = None
+    """Where the bytes start in the shard's data buffer (after the header)."""
 
 
 @dataclass
@@ -78,47 +57,10 @@ class CheckpointFiles:
 
 
 def read_header(path: Path) -> dict[str, Tensor]:
-    """The tensors a shard declares, from its header alone; raises HeaderError when it is inconsistent."""
-    size = path.stat().st_size
-    with open(path, "rb") as handle:
-        prefix = handle.read(8)
-        if len(prefix) < 8:
-            raise HeaderError(f"{size} bytes long, shorter than the 8-byte header length")
-        length = int.from_bytes(prefix, "little")
-        if length < 2 or length > MAX_HEADER_BYTES or length > size - 8:
-            raise HeaderError(f"declares a {length}-byte header in a {size}-byte file")
-        raw = handle.read(length)
-    try:
-        header = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise HeaderError(f"header is not valid JSON ({exc})") from None
-    if not isinstance(header, dict):
-        raise HeaderError("header is not a JSON object")
-    data_size = size - 8 - length
-    return {name: _tensor(name, entry, data_size, path.name) for name, entry in header.items() if name != "__metadata__"}
-
-
-def _tensor(name: str, entry: Any, data_size: int, shard: str) -> Tensor:
-    if not isinstance(entry, dict):
-        raise HeaderError(f"entry {name!r} is not an object")
-    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-    if not isinstance(dtype, str):
-        raise HeaderError(f"entry {name!r} has no dtype")
-    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-        raise HeaderError(f"entry {name!r} has an invalid shape")
-    if (
-        not isinstance(offsets, list)
-        or len(offsets) != 2
-        or not all(isinstance(o, int) for o in offsets)
-        or not 0 <= offsets[0] <= offsets[1] <= data_size
-    ):
-        raise HeaderError(f"entry {name!r} has data offsets outside the file's {data_size} data bytes")
-    width = DTYPE_BYTES.get(dtype)
-    if width is not None and offsets[1] - offsets[0] != math.prod(shape) * width:
-        raise HeaderError(
-            f"entry {name!r} spans {offsets[1] - offsets[0]} bytes, not {math.prod(shape) * width} for {dtype} {shape}"
-        )
-    return Tensor(dtype, tuple(shape), shard)
+    """The tensors a shard declares, from its header alone; raises HeaderError when it is inconsistent
+    (length past the end, offsets outside the data, overlaps, holes, duplicate names)."""
+    header = parse_header(path)
+    return {name: Tensor(e.dtype, e.shape, path.name, e.end - e.begin, e.begin) for name, e in header.entries.items()}
 
 
 def _load_index(path: Path) -> dict[str, str]:

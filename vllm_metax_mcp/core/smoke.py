@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from . import devices as devices_module
+from .jobs import Stopped, stop_requested
 from .state import StateStore
 
 SMOKE_MARKER_ENV = "VLLM_METAX_MCP_SMOKE"
@@ -49,10 +50,6 @@ LOG_PREFIX = re.compile(r"^\([^)]*\)\s+[A-Z]+\s+[\d-]+\s+[\d:.]+\s+\[[^\]]*\]\s*
 EXCEPTION_LINE = re.compile(r"^[\w.]*(Error|Exception|Exit|Interrupt)\b:?")
 NOISE = ("Route: ", " - leaked ", "nanobind: ", " - ... skipped remainder")
 STRIPPED_ENV = ("PYTHONPATH", "PYTHONSTARTUP", "PYTHONINSPECT", "PYTHONHOME", "PYTHONSAFEPATH")
-
-
-class Stopped(BaseException):
-    """Raised in the job when it is asked to stop (SIGTERM from a cancel): teardown still runs."""
 
 
 def run_dir(store: StateStore, run_id: str) -> Path:
@@ -559,7 +556,7 @@ class Run:
         self.evidence.update(command=argv, env_delta=delta, port=port)
         self.report(1, "launching the server")
         log_path = self.directory / "server.log"
-        previous = signal.signal(signal.SIGTERM, _stop_requested)
+        previous = signal.signal(signal.SIGTERM, stop_requested)
         stopped = False
         started = time.monotonic()
         with open(log_path, "ab") as log:
@@ -605,14 +602,18 @@ class Run:
         self.evidence.update(verdict=verdict, reasons=self.reasons, notes=self.notes, finished_at=time.time())
         evidence_path = f"smoke/{self.plan['run_id']}/evidence.json"
         self.evidence["evidence_path"] = evidence_path
+        if self.plan.get("validates_trim"):
+            self.evidence["load_validated"] = verdict == "passed"
+            if verdict == "passed":
+                self.store.write(
+                    f"validations/{self.plan['manifest_sha256']}.json",
+                    {"manifest_sha256": self.plan["manifest_sha256"], "run_id": self.plan["run_id"],
+                     "load_format": self.plan.get("load_format"), "evidence_path": evidence_path,
+                     "finished_at": self.evidence["finished_at"]},
+                )
         self.store.write(evidence_path, self.evidence)
         self.report(5, f"done: {verdict}")
         return output_of(self.evidence)
-
-
-def _stop_requested(signum: int, frame: Any) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise Stopped()
 
 
 def output_of(evidence: dict[str, Any]) -> dict[str, Any]:
@@ -624,7 +625,7 @@ def output_of(evidence: dict[str, Any]) -> dict[str, Any]:
         shown = (failed + [r for r in requests if r.get("ok") and r.get("mode") == "first"])[:MAX_REQUESTS_IN_OUTPUT]
     keys = ("run_id", "verdict", "reasons", "notes", "command", "equivalent_command", "entry", "env_delta", "devices",
             "versions", "import_origins", "subject", "startup_s", "log_tail", "errors", "evidence_path", "teardown",
-            "manifest_sha256", "model_fingerprint", "cases_source", "python")
+            "manifest_sha256", "load_validated", "model_fingerprint", "cases_source", "python")
     output = {k: evidence.get(k) for k in keys if evidence.get(k) is not None}
     output["requests"] = shown
     output["requests_total"] = len(requests)

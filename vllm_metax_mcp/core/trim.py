@@ -8,7 +8,7 @@ config_rewrite; memory from trimbudget. Nothing here writes files.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +117,17 @@ class Plan:
     dummy_disk_bytes: int
     image: bool
     notes: list[str] = field(default_factory=list)
+
+
+def keep_submodel_whole(plan: Plan, raw: dict[str, Any], name: str, why: str) -> None:
+    """Undo the depth trim of one submodel (its config, changes, plan and coverage row)."""
+    plan.config[name] = copy.deepcopy(raw[name])
+    plan.changes[:] = [c for c in plan.changes if not c.field.startswith(f"{name}.")]
+    note = f"kept whole: {why}"
+    plan.submodels = [replace(s, kept=list(range(s.layers)), note=note) if s.name == name else s for s in plan.submodels]
+    plan.coverage = [
+        replace(c, kept=list(c.available), reason=note) if c.optional and c.target == name else c for c in plan.coverage
+    ]
 
 
 # -- the work in progress -------------------------------------------------------------------------

@@ -4,7 +4,6 @@ paths, and a small image when a vision tower needs one."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import struct
@@ -14,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .extract_script import file_sha256
 from .smoke_cases import ServeSettings, SmokeCase, SmokeCases
 
 MANIFEST_NAME = "trim_manifest.json"
@@ -94,21 +94,13 @@ def choose_assets(source: Path) -> AssetChoice:
     return AssetChoice(copy, skipped)
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def copy_assets(source: Path, names: list[str], destination: Path, readable: Callable[[Path], Path]) -> dict[str, str]:
     """Copy each asset (through the read policy, symlinks of a hub cache followed); name -> sha256."""
     hashes: dict[str, str] = {}
     for name in names:
         path = readable(source / name)
         shutil.copyfile(path, destination / name)
-        hashes[name] = sha256_of(destination / name)
+        hashes[name] = file_sha256(destination / name)
     return hashes
 
 

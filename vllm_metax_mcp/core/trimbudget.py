@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .checkpoint import CheckpointReport
+from .extract_script import DTYPE_BYTES
 from .hfconfig import EXPERT_COUNT_KEYS, Layout, is_mtp_prefix, split_layer_name
-from .safetensors_index import DTYPE_BYTES, CheckpointFiles
+from .safetensors_index import CheckpointFiles
 from .trimplan import pp_partitions
 
 GIB = 1024**3

@@ -127,6 +127,11 @@ class SmokeOutput(JobOutput):
     teardown: dict[str, Any] | None = None
     evidence_path: str = Field(default="", description="The evidence record, relative to the state directory.")
     manifest_sha256: str | None = Field(default=None, description="sha256 of the model's trim_manifest.json, if any.")
+    load_validated: bool | None = Field(
+        default=None,
+        description="For a real-weight trim served with real weights: whether this run validated its load (recorded "
+        "against manifest_sha256); null when the run cannot validate one (no real-weight manifest, or dummy weights).",
+    )
     model_fingerprint: str | None = None
     cases_source: str | None = None
     python: str | None = None
@@ -195,6 +200,17 @@ def _fingerprint(model: Path) -> tuple[str, str | None]:
     manifest = model / MANIFEST_NAME
     manifest_sha = hashlib.sha256(manifest.read_bytes()).hexdigest() if manifest.is_file() else None
     return digest({"files": files, "config": config}), manifest_sha
+
+
+def _validates_trim(model: Path, load_format: str) -> bool:
+    """A real-weight trim's manifest, served with its real weights: this run can validate the load."""
+    manifest = model / MANIFEST_NAME
+    if load_format == "dummy" or not manifest.is_file():
+        return False
+    try:
+        return json.loads(manifest.read_bytes()).get("output_mode") == "real"
+    except (ValueError, AttributeError):
+        return False
 
 
 def run_smoke_test(args: SmokeInput, env: ToolEnv) -> Any:
@@ -284,6 +300,7 @@ def run_smoke_test(args: SmokeInput, env: ToolEnv) -> Any:
                         "files": count, "export_dir": str(export)}
     if (model / "config.json").read_text(errors="replace").find('"auto_map"') >= 0 and not args.trust_remote_code:
         notes.append("config.json has auto_map (remote code) and trust_remote_code is off: vLLM may refuse the model.")
+    load_format = args.load_format or owned.get("load_format") or serve.load_format or "auto"
     plan = {
         "run_id": run_id,
         "run_dir": str(directory),
@@ -291,7 +308,7 @@ def run_smoke_test(args: SmokeInput, env: ToolEnv) -> Any:
         "python": python,
         "model": str(model),
         "model_label": args.model or str(model),
-        "load_format": args.load_format or owned.get("load_format") or serve.load_format or "auto",
+        "load_format": load_format,
         "max_model_len": args.max_model_len or owned.get("max_model_len") or serve.max_model_len,
         "gpu_memory_utilization": args.gpu_memory_utilization or owned.get("gpu_memory_utilization"),
         "tp": tp, "pp": pp, "dp": dp, "ep": ep,
@@ -306,6 +323,7 @@ def run_smoke_test(args: SmokeInput, env: ToolEnv) -> Any:
         "cases_source": source,
         "subject": subject_info,
         "manifest_sha256": manifest_sha,
+        "validates_trim": _validates_trim(model, load_format),
         "model_fingerprint": fingerprint,
         "notes": notes,
     }

@@ -1,22 +1,27 @@
-"""Tool `trim_model`: write a depth-trimmed model directory (dummy mode: config and assets, no weights)."""
+"""Tool `trim_model`: write a depth-trimmed model directory — dummy (config and assets) or real weights."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from ..core.atomic import staged_directory
 from ..core.config_rewrite import dump_config
-from ..core.errors import bad_input
-from ..core.policy import Effect
-from ..core.safetensors_index import PREFERRED_INDEX
-from ..core.smoke_cases import FILE_NAME, write_smoke_cases
-from ..core.trim import Plan, make_plan
-from ..core.trim_output import IMAGE_NAME, MANIFEST_NAME, STATEMENT, copy_assets, sha256_of, tiny_png
-from .base import ToolEnv, ToolSpec
+from ..core.errors import ErrorCode, ToolFailure, bad_input
+from ..core.extract_script import file_sha256
+from ..core.jobs import JobHandle
+from ..core.policy import Effect, is_within
+from ..core.safetensors_index import PREFERRED_INDEX, CheckpointFiles
+from ..core.smoke_cases import FILE_NAME, dump_smoke_cases, write_smoke_cases
+from ..core.trim import Plan, Source, keep_submodel_whole, make_plan
+from ..core.trim_output import IMAGE_NAME, MANIFEST_NAME, STATEMENT, copy_assets, tiny_png
+from ..core.weight_map import Layers, WeightMap, assign_shards, map_tensors, submodel_prefix
+from .base import JobInfo, ToolEnv, ToolSpec
+from .inspect_config import CheckpointEvidence
 from .plan_trim import PlanTrimInput, PlanTrimOutput, gather, plan_output, root_relative, trim_request
 
 MANIFEST_FORMAT = "vllm-metax-mcp/trim-manifest/1"
@@ -32,6 +37,11 @@ PLAN_FIELDS = {
     "parallel",
     "notes",
 }
+OTHER_WEIGHT_FORMATS = (".bin", ".pt", ".pth", ".gguf", ".ckpt", ".msgpack", ".h5")
+HEADER_ALLOWANCE_BYTES = 256
+"""Per tensor, for the output headers in the disk estimate."""
+EXAMPLES_SHOWN = 10
+REAL_TRIM_JOB = "vllm_metax_mcp.core.trim_real:run_job"
 
 
 class TrimModelInput(PlanTrimInput):
@@ -41,11 +51,35 @@ class TrimModelInput(PlanTrimInput):
     output_mode: Literal["dummy", "real"] = Field(
         default="dummy",
         description="dummy: config, tokenizer/processor assets and smoke cases for --load-format dummy (no weights). "
-        "real: a self-contained checkpoint with renamed tensors (not implemented yet).",
+        "real: a self-contained safetensors checkpoint of the retained tensors, renamed by the layer map, copied as raw "
+        "bytes, verified, with a proven extract.py; runs as a job.",
     )
     overwrite: bool = Field(
         default=False, description="Replace an existing output directory (only once the new one is complete)."
     )
+    max_shard_bytes: int = Field(
+        default=5_000_000_000, ge=1, description="real: the largest output shard (a bigger tensor gets a shard of its own)."
+    )
+    max_disk_bytes: int | None = Field(
+        default=None,
+        ge=0,
+        description="real: refuse before writing when the output plus its reproduction check would need more (a quota).",
+    )
+
+
+class WeightsOut(BaseModel):
+    tensors: int
+    bytes: int
+    renamed: int
+    dropped: int
+    shards: list[str]
+    rules: list[str] = Field(description="How names were mapped.")
+    examples: list[str] = Field(default_factory=list, description="First renames, old -> new.")
+
+
+class VerifiedOut(BaseModel):
+    tensors: int
+    bytes: int
 
 
 class TrimModelOutput(PlanTrimOutput):
@@ -54,6 +88,20 @@ class TrimModelOutput(PlanTrimOutput):
     files: list[str] = Field(default_factory=list, description="Files written (relative to output).")
     manifest: str = Field(default="", description="The trim manifest, relative to the first root.")
     manifest_sha256: str = ""
+    weights: WeightsOut | None = Field(default=None, description="real: the retained tensors and how they were named.")
+    verified: VerifiedOut | None = Field(
+        default=None, description="real: tensors and bytes reopened and compared byte for byte with the source."
+    )
+    script_reproduced: bool | None = Field(
+        default=None, description="real: the shipped extract.py, run alone, recreated identical files."
+    )
+    load_validated: bool | None = Field(
+        default=None, description="real: always false here; run validate_with (a non-dummy load) to validate it."
+    )
+    validate_with: dict[str, Any] | None = Field(default=None, description="real: the run_smoke_test call that validates the load.")
+    job: JobInfo | None = Field(
+        default=None, description="real: set while the copy still runs; poll it with the jobs tool."
+    )
 
 
 def _manifest(
@@ -75,38 +123,20 @@ def _manifest(
 
 def _source_hashes(plan: Plan, directory: Path) -> dict[str, str]:
     names = ["config.json", *plan.assets.copy, *([PREFERRED_INDEX] if (directory / PREFERRED_INDEX).is_file() else [])]
-    return {name: sha256_of(directory / name) for name in names}
+    return {name: file_sha256(directory / name) for name in names}
 
 
-def trim_model(args: TrimModelInput, env: ToolEnv) -> TrimModelOutput:
-    """Write a depth-trimmed model with `output_mode="dummy"`: the plan of plan_trim applied to the raw
-    config.json (depth, per-layer arrays with their MTP tail, layer-id lists in their own base, threshold
-    and periodic rules, MTP count, quantization ignore lists renumbered), one copy of each tokenizer /
-    generation / chat-template / processor asset, no weights, `trim_manifest.json` (source hashes, plan,
-    layer map, coverage, uncovered paths) and `smoke_cases.yaml` for run_smoke_test (load_format dummy,
-    a speculative config when MTP is kept). The directory appears whole or not at all, only under an
-    output root and never inside the source checkpoint. output_mode="real" is not implemented yet.
-    """
-    if args.output_mode == "real":
-        raise bad_input(
-            'output_mode="real" (a self-contained checkpoint whose retained tensors are renamed to the trimmed layout, '
-            'with a validated non-dummy load) is not implemented yet; use output_mode="dummy" for --load-format dummy '
-            "smoke tests, or plan_trim for the plan and the real-weight disk budget."
-        )
-    evidence, source = gather(args, env)
-    target = env.policy.writable(args.output)
-    plan = make_plan(source, trim_request(args))
-    planned = PlanTrimOutput(**plan_output(args, env, evidence, plan))
+def _write_dummy(args: TrimModelInput, env: ToolEnv, source: Source, plan: Plan, planned: PlanTrimOutput, target: Path) -> TrimModelOutput:
     source_hashes = _source_hashes(plan, source.directory)
     with staged_directory(target, replace=args.overwrite) as staging:
         (staging / "config.json").write_bytes(dump_config(plan.config))
-        written = {"config.json": sha256_of(staging / "config.json")}
+        written = {"config.json": file_sha256(staging / "config.json")}
         written |= copy_assets(source.directory, plan.assets.copy, staging, env.policy.readable)
         write_smoke_cases(staging / FILE_NAME, plan.cases)
-        written[FILE_NAME] = sha256_of(staging / FILE_NAME)
+        written[FILE_NAME] = file_sha256(staging / FILE_NAME)
         if plan.image:
             (staging / IMAGE_NAME).write_bytes(tiny_png())
-            written[IMAGE_NAME] = sha256_of(staging / IMAGE_NAME)
+            written[IMAGE_NAME] = file_sha256(staging / IMAGE_NAME)
         manifest = json.dumps(_manifest(args, planned, source_hashes, written), indent=2, ensure_ascii=False) + "\n"
         (staging / MANIFEST_NAME).write_text(manifest)
     manifest_path = target / MANIFEST_NAME
@@ -116,8 +146,197 @@ def trim_model(args: TrimModelInput, env: ToolEnv) -> TrimModelOutput:
         output_mode=args.output_mode,
         files=sorted([*written, MANIFEST_NAME]),
         manifest=root_relative(manifest_path, [*env.policy.output_roots, *env.policy.roots]),
-        manifest_sha256=sha256_of(manifest_path),
+        manifest_sha256=file_sha256(manifest_path),
     )
+
+
+# -- real weights: checks before anything is written ------------------------------------------
+
+
+def _readable_source(source: Source) -> CheckpointFiles:
+    """The source checkpoint is complete and every header parses; refuses with every problem found."""
+    files = source.files
+    if files is None:
+        others = sorted(p.name for p in source.directory.iterdir() if p.suffix in OTHER_WEIGHT_FORMATS)
+        found = f" (found {', '.join(others[:3])})" if others else ""
+        raise bad_input(
+            f"the source holds no safetensors checkpoint{found}: real-weight trims copy safetensors tensors byte for "
+            "byte. Convert the checkpoint to safetensors first, or use output_mode=dummy."
+        )
+    if files.ranks:
+        raise bad_input(
+            f"the source is pre-partitioned per rank (shard names carry ranks {files.ranks[:8]}): its files are rank "
+            "partitions, not storage shards. Trimming it needs re-sharding for the new TP (merging the rank slices), "
+            "which this tool does not do; trim a non-partitioned checkpoint."
+        )
+    problems = [message for severity, _, message in files.problems if severity == "error"]
+    if files.missing_shards:
+        problems.insert(0, f"shard(s) named by the index are missing: {', '.join(files.missing_shards[:5])}.")
+    if problems:
+        raise bad_input(
+            "the source checkpoint is not readable as a whole, so nothing is written: " + " ".join(problems[:5])
+            + " Repair or re-download the source, then trim again."
+        )
+    return files
+
+
+def _submodel_maps(plan: Plan, source: Source, files: CheckpointFiles, prefix: str) -> dict[str, dict[int, int]]:
+    """For each submodel trimmed by its own depth, the tensor prefix that holds its layers; a submodel whose
+    layers no unique prefix holds is kept whole (its config restored), since its tensors cannot be told apart."""
+    maps: dict[str, dict[int, int]] = {}
+    for sub in list(plan.submodels):
+        if sub.kept == list(range(sub.layers)):
+            continue
+        found = submodel_prefix(files, prefix, sub.layers)
+        if found is None:
+            keep_submodel_whole(
+                plan,
+                source.raw,
+                sub.name,
+                f"no single tensor prefix holds exactly its {sub.layers} layers, so its tensors cannot be renamed",
+            )
+            continue
+        maps[found] = {old: new for new, old in enumerate(sub.kept)}
+    return maps
+
+
+def _refuse_narrowing(plan: Plan) -> None:
+    narrowed = [c.field for c in plan.changes if c.reason.startswith("narrowed")]
+    if narrowed:
+        raise bad_input(
+            f"allow_narrowing changed {', '.join(narrowed)}: the retained tensors would no longer match the config. A "
+            "real-weight trim copies tensors unchanged; trim by depth only (drop allow_narrowing), or use output_mode=dummy."
+        )
+
+
+def _check_disk(args: TrimModelInput, target: Path, need: int) -> None:
+    existing = target
+    while not existing.exists():
+        existing = existing.parent
+    free = shutil.disk_usage(existing).free
+    limit = min(free, args.max_disk_bytes) if args.max_disk_bytes is not None else free
+    if need > limit:
+        where = f"max_disk_bytes {args.max_disk_bytes}" if limit != free else f"{free} bytes free at the output"
+        raise ToolFailure(
+            ErrorCode.BAD_INPUT,
+            f"the trim needs {need} bytes (the checkpoint and, while extract.py is proven, its reproduction) but "
+            f"{where} allows {limit}; nothing was written. Free space, choose another output root, or keep fewer "
+            "layers (plan_trim budgets.disk_bytes_real gives the checkpoint alone).",
+        )
+
+
+def _weights_out(weights: WeightMap, shards: dict[str, Any]) -> WeightsOut:
+    renamed = weights.renamed
+    return WeightsOut(
+        tensors=len(weights.moves),
+        bytes=weights.nbytes,
+        renamed=len(renamed),
+        dropped=len(weights.dropped),
+        shards=sorted(shards),
+        rules=weights.rules,
+        examples=[f"{m.source} -> {m.target}" for m in renamed[:EXAMPLES_SHOWN]],
+    )
+
+
+def _validate_with(target: Path, env: ToolEnv, args: TrimModelInput) -> dict[str, Any]:
+    inside = any(is_within(target, root) for root in env.policy.roots)
+    arguments: dict[str, Any] = {"model": root_relative(target, env.policy.roots) if inside else args.output,
+                                 "load_format": "safetensors"}
+    if "plugin_repo" in args.model_fields_set:
+        arguments["plugin_repo"] = args.plugin_repo
+    note = "" if inside else " The output is outside the read roots: serve with it under --root to smoke-test it."
+    return {"tool": "run_smoke_test", "arguments": arguments,
+            "why": "a non-dummy load on a real vLLM server validates the checkpoint; its evidence records this manifest's "
+                   "sha256." + note}
+
+
+def real_trim_spec(
+    args: TrimModelInput, env: ToolEnv, evidence: CheckpointEvidence, source: Source, plan: Plan, target: Path
+) -> dict[str, Any]:
+    """Every check that can refuse before a byte is written, and the plain-JSON plan of the copy job."""
+    if target.exists() and not args.overwrite:
+        raise bad_input(f"{args.output} already exists; choose a new output directory or pass overwrite=true.")
+    _refuse_narrowing(plan)
+    files = _readable_source(source)
+    prefix = source.report.backbone_prefix if source.report else None
+    others = _submodel_maps(plan, source, files, prefix or "")
+    planned = PlanTrimOutput(**plan_output(args, env, evidence, plan))
+    backbone = plan.backbone
+    layers = Layers(backbone, source.layout.mtp_layers or 0, plan.layer_map, plan.selection.kept_mtp, others)
+    weights = map_tensors(files, prefix, layers)
+    shards = assign_shards(weights.moves, args.max_shard_bytes)
+    assets = {name: str(env.policy.readable(source.directory / name)) for name in plan.assets.copy}
+    config_text = dump_config(plan.config).decode()
+    plan.cases.serve.load_format = "safetensors"
+    smoke_text = dump_smoke_cases(plan.cases)
+    checkpoint = weights.nbytes + HEADER_ALLOWANCE_BYTES * len(weights.moves)
+    _check_disk(args, target, 2 * (checkpoint + len(config_text) + sum(Path(p).stat().st_size for p in assets.values())))
+    weights_out = _weights_out(weights, shards)
+    validate_with = _validate_with(target, env, args)
+    source_paths = {shard: str(env.policy.readable(source.directory / shard)) for shard in files.shard_names}
+    manifest_path = target / MANIFEST_NAME
+    output = TrimModelOutput(
+        **dict(planned),
+        output=args.output,
+        output_mode="real",
+        manifest=root_relative(manifest_path, [*env.policy.output_roots, *env.policy.roots]),
+        weights=weights_out,
+        validate_with=validate_with,
+    )
+    spec = {
+        "source_dir": str(source.directory),
+        "source_paths": source_paths,
+        "target": str(target),
+        "overwrite": args.overwrite,
+        "config": config_text,
+        "assets": assets,
+        "asset_sha256": {name: file_sha256(Path(path)) for name, path in assets.items()},
+        "shards": {
+            shard: [[m.target, m.shard, m.source, m.dtype, list(m.shape), m.nbytes] for m in moves]
+            for shard, moves in shards.items()
+        },
+        "source_error_codes": sorted({code for severity, code, _ in (source.report.findings if source.report else []) if severity == "error"}),
+        "extra_files": {FILE_NAME: smoke_text},
+        "image": plan.image,
+        "manifest_name": MANIFEST_NAME,
+        "manifest": _manifest(args, planned, _source_hashes(plan, source.directory), {}),
+        "manifest_weights": {
+            "tensors": len(weights.moves),
+            "bytes": weights.nbytes,
+            "renamed": {m.source: m.target for m in weights.renamed},
+            "dropped": len(weights.dropped),
+            "rules": weights.rules,
+            "source_shards": {shard: Path(path).stat().st_size for shard, path in source_paths.items()},
+        },
+        "validate_with": validate_with,
+        "output": output.model_dump(mode="json", exclude={"result_id", "job"}),
+    }
+    return spec
+
+
+def trim_model(args: TrimModelInput, env: ToolEnv) -> TrimModelOutput | JobHandle:
+    """Write a depth-trimmed model: the plan of plan_trim applied to the raw config.json (depth, per-layer
+    arrays with their MTP tail, layer-id lists in their own base, threshold and periodic rules, MTP count,
+    quantization ignore lists renumbered), one copy of each tokenizer / generation / chat-template /
+    processor asset, `trim_manifest.json` (source hashes, plan, layer map, coverage, uncovered paths) and
+    `smoke_cases.yaml` for run_smoke_test. The directory appears whole or not at all, only under an output
+    root and never inside the source checkpoint.
+
+    output_mode="dummy" writes no weights (for --load-format dummy). output_mode="real" runs as a job: the
+    source is checked first (every shard present, every header consistent, not a per-rank partition, disk
+    space), the retained tensors are copied as raw bytes under names mapped by the layer map (MTP layers
+    after the backbone follow it), every output tensor is compared byte for byte with its source, the
+    output is cross-checked against the reduced config, and a standalone `extract.py` is shipped and proven
+    by running it once. The result says load_validated=false and gives the run_smoke_test call that
+    validates the load.
+    """
+    evidence, source = gather(args, env)
+    target = env.policy.writable(args.output)
+    plan = make_plan(source, trim_request(args))
+    if args.output_mode == "real":
+        spec = real_trim_spec(args, env, evidence, source, plan, target)
+        return env.jobs.start(env.tool, REAL_TRIM_JOB, spec)
+    return _write_dummy(args, env, source, plan, PlanTrimOutput(**plan_output(args, env, evidence, plan)), target)
 
 
 SPEC = ToolSpec(
@@ -126,7 +345,7 @@ SPEC = ToolSpec(
     run=trim_model,
     input_model=TrimModelInput,
     output_model=TrimModelOutput,
-    title="Write a depth-trimmed model (dummy mode)",
+    title="Write a depth-trimmed model (dummy or real weights)",
     idempotent=False,
     destructive=True,
     cpu_heavy=True,

@@ -1,0 +1,136 @@
+"""Real-weight trim of a multi-GB synthetic checkpoint, beside a raw copy of the same bytes in the same run.
+
+Run: `python -m bench.bench_trim_real [GIB]` (default 3). The checkpoint has 8 layers of one large
+BF16 tensor each plus an embedding and a head; the trim keeps layers 0-3 (about 60% of the bytes).
+The reference copies the retained bytes as plain files with `shutil.copyfile` (the kernel's copy
+path). The trim job runs in a child process so its peak RSS (and its extract.py run's) is measured.
+Prints throughput of the copy phase alone and of the whole job (copy, byte-for-byte verification,
+sha256, the extract.py reproduction and its comparison) as ratios to the raw copy, and peak RSS
+against one shard. Target: copy >= 0.8 of the raw copy, peak memory well under one shard.
+Nothing here asserts a time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from vllm_metax_mcp.core.trim import make_plan
+from vllm_metax_mcp.tools.base import Runtime, ToolEnv
+from vllm_metax_mcp.tools.plan_trim import gather, trim_request
+from vllm_metax_mcp.tools.trim_model import TrimModelInput, real_trim_spec
+
+LAYERS = 8
+KEPT = [0, 1, 2, 3]
+CHILD = """
+import json, sys, time
+from vllm_metax_mcp.core.trim_real import run_job
+
+class Phases:
+    def __init__(self):
+        self.starts = []
+    def report(self, done, total=None, message=None):
+        if done == 0 and message:
+            self.starts.append((message, time.perf_counter()))
+
+spec = json.load(open(sys.argv[1]))
+phases = Phases()
+start = time.perf_counter()
+run_job(spec, phases)
+end = time.perf_counter()
+marks = phases.starts + [("end", end)]
+durations = {marks[i][0]: marks[i + 1][1] - marks[i][1] for i in range(len(marks) - 1)}
+print(json.dumps({"total": end - start, "phases": durations}))
+"""
+
+
+def write_checkpoint(directory: Path, gib: float) -> tuple[int, int]:
+    """config.json, index and two shards; returns (retained bytes, largest shard bytes)."""
+    directory.mkdir(parents=True)
+    unit = int(gib * (1 << 30)) // (LAYERS + 2)
+    cols = 4096
+    rows = unit // (2 * cols)
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": LAYERS,
+              "hidden_size": cols, "vocab_size": rows, "num_attention_heads": 32, "intermediate_size": rows}
+    (directory / "config.json").write_text(json.dumps(config))
+    names = ["model.embed_tokens.weight", *(f"model.layers.{i}.mlp.down_proj.weight" for i in range(LAYERS)), "lm_head.weight"]
+    shards = {"model-00001-of-00002.safetensors": names[: len(names) // 2], "model-00002-of-00002.safetensors": names[len(names) // 2 :]}
+    size = rows * cols * 2
+    block = os.urandom(1 << 24)
+    for shard, members in shards.items():
+        header = {"__metadata__": {"format": "pt"}}
+        for number, name in enumerate(members):
+            header[name] = {"dtype": "BF16", "shape": [rows, cols], "data_offsets": [number * size, (number + 1) * size]}
+        raw = json.dumps(header).encode()
+        raw += b" " * (-len(raw) % 8)
+        with open(directory / shard, "wb") as handle:
+            handle.write(len(raw).to_bytes(8, "little") + raw)
+            for _ in members:
+                left = size
+                while left:
+                    chunk = block[: min(left, len(block))]
+                    handle.write(chunk)
+                    left -= len(chunk)
+    weight_map = {name: shard for shard, members in shards.items() for name in members}
+    (directory / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    kept = sum(1 for n in names if not n.startswith("model.layers.") or int(n.split(".")[2]) in KEPT)
+    return kept * size, max((directory / s).stat().st_size for s in shards)
+
+
+def raw_copy(source: Path, target: Path, nbytes: int) -> float:
+    """Copy whole shards until nbytes are copied (the same amount the trim writes); seconds."""
+    target.mkdir()
+    start = time.perf_counter()
+    copied = 0
+    for shard in sorted(source.glob("*.safetensors")):
+        if copied >= nbytes:
+            break
+        shutil.copyfile(shard, target / shard.name)
+        copied += shard.stat().st_size
+    elapsed = time.perf_counter() - start
+    return elapsed * nbytes / copied
+
+
+def trim_in_child(root: Path) -> tuple[dict, int]:
+    args = TrimModelInput(model="source", output="trimmed", output_mode="real", layers=KEPT)
+    env = ToolEnv(runtime=Runtime.create([str(root)], state_dir=str(root / ".state")), tool="trim_model")
+    evidence, source = gather(args, env)
+    plan = make_plan(source, trim_request(args))
+    spec = real_trim_spec(args, env, evidence, source, plan, env.policy.writable(args.output))
+    spec_path = root / "spec.json"
+    spec_path.write_text(json.dumps(spec))
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(spec_path)], capture_output=True, text=True, check=True)
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return json.loads(proc.stdout.strip().splitlines()[-1]), peak_kib * 1024
+
+
+def main() -> None:
+    gib = float(sys.argv[1]) if len(sys.argv) > 1 else 3.0
+    with tempfile.TemporaryDirectory(prefix="bench-trim-", dir=os.environ.get("BENCH_DIR")) as tmp:
+        root = Path(tmp)
+        retained, shard_bytes = write_checkpoint(root / "source", gib)
+        reference = raw_copy(root / "source", root / "raw", retained)
+        shutil.rmtree(root / "raw")
+        result, peak = trim_in_child(root)
+        reference = min(reference, raw_copy(root / "source", root / "raw2", retained))
+        phases = result["phases"]
+        copy_s = phases["copying tensor bytes"]
+        gbps = lambda s: retained / s / 1e9  # noqa: E731
+        print(f"checkpoint {gib:.1f} GiB, retained {retained / 2**30:.2f} GiB, largest shard {shard_bytes / 2**30:.2f} GiB")
+        print(f"raw copy (shutil.copyfile)       {reference:7.2f} s  {gbps(reference):6.2f} GB/s")
+        print(f"trim: copy phase                 {copy_s:7.2f} s  {gbps(copy_s):6.2f} GB/s  ratio {reference / copy_s:.2f} (target >= 0.8)")
+        print(f"trim: whole job                  {result['total']:7.2f} s  {gbps(result['total']):6.2f} GB/s  ratio {reference / result['total']:.2f}")
+        for phase, seconds in phases.items():
+            print(f"   {phase:<45} {seconds:7.2f} s")
+        print(f"peak RSS of the job and extract.py: {peak / 2**20:.0f} MiB = {peak / shard_bytes:.3f} of one shard")
+
+
+if __name__ == "__main__":
+    main()
