@@ -189,6 +189,10 @@ def test_deepseek_v3_fp8_with_the_mtp_layer_renamed_to_follow_the_backbone(tmp_p
     rerun_script(out, source, tmp_path / "again")
     assert snapshot(source) == before, "the source is never written"
     assert leftovers(root, {"v3", "v3-tiny", "hf-cache"}) == []
+    refused(rt, {"model": "v3", "output": "v3-tiny"}, "already exists", "overwrite=true")
+    again = trim(rt, {"model": "v3", "output": "v3-tiny", "overwrite": True, "keep_mtp": 0})
+    assert again.mtp_kept == [] and not any(".eh_proj." in n for n in tensor_bytes(out))
+    assert leftovers(root, {"v3", "v3-tiny", "hf-cache"}) == []
 
 
 def test_deepseek_v4_flash_keeps_e8m0_scales_int8_experts_and_int64_routing_tables_byte_for_byte(tmp_path: Path) -> None:
@@ -237,6 +241,48 @@ def test_glm5_ignore_list_and_tensor_names_follow_the_same_map(tmp_path: Path) -
             assert f"{entry}.weight" in names or entry in names, f"ignore entry {entry} has no tensor"
     renamed = json.loads((out / "trim_manifest.json").read_text())["weights"]["renamed"]
     assert_byte_identical(source, out, renamed, tuple(f"model.layers.{i}." for i in [1, 2, *range(4, 78)]))
+
+
+def _vision_language(extra_prefix: str | None) -> tuple[dict[str, Any], Tensors]:
+    config = {
+        "model_type": "toy_vl",
+        "text_config": fixture("gemma3") | {"num_hidden_layers": 12},
+        "vision_config": {"model_type": "toy_vision", "depth": 4, "hidden_size": 64},
+    }
+    tensors: Tensors = {"model.language_model.embed_tokens.weight": ("BF16", [8, 4]), "lm_head.weight": ("BF16", [8, 4])}
+    for i in range(12):
+        tensors[f"model.language_model.layers.{i}.self_attn.q_proj.weight"] = ("BF16", [4, 4])
+        tensors[f"model.language_model.layers.{i}.mlp.gate_proj.weight"] = ("BF16", [4, 4])
+    for i in range(4):
+        tensors[f"model.visual.blocks.{i}.attn.qkv.weight"] = ("BF16", [4, 4])
+        if extra_prefix:
+            tensors[f"{extra_prefix}.{i}.weight"] = ("BF16", [4])
+    return config, tensors
+
+
+def test_a_submodel_is_renamed_by_its_own_depth_only_when_one_prefix_holds_its_layers(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    config, tensors = _vision_language(None)
+    source = write_checkpoint(root / "vl", config, tensors, ["model-00001-of-00001.safetensors"])
+    rt = runtime(tmp_path)
+    result = trim(rt, {"model": "vl", "output": "vl-tiny"})
+    [vision] = result.submodels
+    assert vision.kept == [0] and result.kept_layers == [0, 5]
+    names = set(tensor_bytes(root / "vl-tiny"))
+    assert {n for n in names if n.startswith("model.visual.")} == {"model.visual.blocks.0.attn.qkv.weight"}
+    assert json.loads((root / "vl-tiny" / "config.json").read_text())["vision_config"]["depth"] == 1
+    renamed = json.loads((root / "vl-tiny" / "trim_manifest.json").read_text())["weights"]["renamed"]
+    assert renamed["model.language_model.layers.5.mlp.gate_proj.weight"] == "model.language_model.layers.1.mlp.gate_proj.weight"
+    assert_byte_identical(source, root / "vl-tiny", renamed, ("model.language_model.layers.", "model.visual.blocks."))
+
+    config, tensors = _vision_language("model.visual.merger.layers")
+    write_checkpoint(root / "vl2", config, tensors, ["model-00001-of-00001.safetensors"])
+    result = trim(rt, {"model": "vl2", "output": "vl2-tiny"})
+    [vision] = result.submodels
+    assert vision.kept == [0, 1, 2, 3] and vision.note.startswith("kept whole: no single tensor prefix")
+    assert not any(c.field.startswith("vision_config.") for c in result.config_changes)
+    assert json.loads((root / "vl2-tiny" / "config.json").read_text())["vision_config"]["depth"] == 4
+    assert sum(n.startswith("model.visual.") for n in tensor_bytes(root / "vl2-tiny")) == 8
 
 
 # -- refusals: nothing written ------------------------------------------------------------------
