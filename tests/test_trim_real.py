@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -388,7 +389,8 @@ def test_review_mode_refuses_a_real_trim(tmp_path: Path) -> None:
 # -- a job that is cancelled -------------------------------------------------------------------
 
 
-def test_cancellation_mid_copy_leaves_nothing_in_the_output_root(tmp_path: Path) -> None:
+def _start_big_trim(tmp_path: Path) -> tuple[Runtime, str]:
+    """A 512 MiB checkpoint (embedding and head) whose trim job is running its copy."""
     root = tmp_path / "root"
     config = fixture("llama")
     big = [16384, 8192]  # 256 MiB of BF16 each for the embedding and the head
@@ -396,21 +398,36 @@ def test_cancellation_mid_copy_leaves_nothing_in_the_output_root(tmp_path: Path)
     for i in range(config["num_hidden_layers"]):
         tensors[f"model.layers.{i}.self_attn.q_proj.weight"] = ("BF16", [8, 8])
         tensors[f"model.layers.{i}.mlp.gate_proj.weight"] = ("BF16", [8, 8])
-    directory = write_model(root / "big", config, tensors, ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"], with_shards=False)
-    weight_map = json.loads((directory / "model.safetensors.index.json").read_text())["weight_map"]
-    for shard in set(weight_map.values()):
-        write_shard(directory / shard, {n: t for n, t in tensors.items() if weight_map[n] == shard})
+    write_checkpoint(root / "big", config, tensors, ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"])
     rt = runtime(tmp_path)
     started = trim(rt, {"model": "big", "output": "out"}, wait=0)
     assert started.job is not None
     job = started.job.id
     wait_for(lambda: (rt.jobs.get(job).get("progress") or {}).get("message", "").startswith(("copying", "verifying")), 60, 0.01,
              "the copy to start")
+    return rt, job
+
+
+def test_cancellation_mid_copy_leaves_nothing_in_the_output_root(tmp_path: Path) -> None:
+    rt, job = _start_big_trim(tmp_path)
     status = rt.jobs.cancel(job)
     assert status["status"] == "cancelled", status
     wait_for(lambda: not pids_with_marker(job), 15, what="the job's processes to end")
-    time.sleep(0.2)
-    assert leftovers(root, {"big", "hf-cache"}) == [], "no staging, reproduction or output directory is left"
+    assert leftovers(tmp_path / "root", {"big", "hf-cache"}) == [], "no staging, reproduction or output directory is left"
+
+
+def test_a_killed_job_leaves_its_staging_until_the_next_server_reaps_it(tmp_path: Path) -> None:
+    rt, job = _start_big_trim(tmp_path)
+    for pid in pids_with_marker(job):
+        os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not pids_with_marker(job), 15, what="the killed job's processes to end")
+    left = leftovers(tmp_path / "root", {"big", "hf-cache"})
+    assert left and all(name.startswith(f".out.{job}.") for name in left), left
+    past = time.time() - 60
+    os.utime(rt.jobs.heartbeat_file(job), (past, past))  # as a server starting a minute later sees it
+    assert rt.jobs.reap_stale() == [job]
+    assert rt.jobs.get(job)["status"] == "lost"
+    assert leftovers(tmp_path / "root", {"big", "hf-cache"}) == []
 
 
 # -- the load in a real vLLM -------------------------------------------------------------------

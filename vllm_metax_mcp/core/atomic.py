@@ -31,12 +31,18 @@ def write_bytes_atomic(path: Path, data: bytes, *, durable: bool = True) -> None
         raise
 
 
+def scratch_prefix(target: Path, tag: str = "") -> str:
+    """The name prefix of temporary siblings of `target` (staging, scratch), with the job's tag."""
+    return f".{target.name}.{tag + '.' if tag else ''}"
+
+
 @contextmanager
-def staged_directory(target: Path, *, replace: bool = False) -> Iterator[Path]:
+def staged_directory(target: Path, *, replace: bool = False, tag: str = "") -> Iterator[Path]:
     """Yield a temporary sibling directory; on success it becomes `target`, on failure it vanishes.
 
     An existing `target` is refused unless `replace` is set, and is only swapped out once the
-    new content is complete.
+    new content is complete. `tag` (a job id) goes into the sibling's name, so whoever stops a
+    killed job can find what it left.
     """
     if target.exists() and not replace:
         raise ToolFailure(
@@ -44,7 +50,7 @@ def staged_directory(target: Path, *, replace: bool = False) -> Iterator[Path]:
             f"{target.name} already exists; choose a new output directory or pass overwrite=true.",
         )
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
+    staging = Path(tempfile.mkdtemp(prefix=scratch_prefix(target, tag), suffix=".partial", dir=target.parent))
     try:
         yield staging
         if target.exists():

@@ -7,7 +7,9 @@ the job's marker in their environment, so a server never kills a process it did 
 
 from __future__ import annotations
 
+import glob
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -64,12 +66,19 @@ class Jobs:
 
     # -- lifecycle -----------------------------------------------------------------------
 
-    def start(self, tool: str, target: str, args: dict[str, Any]) -> JobHandle:
-        """Spawn a detached worker that runs `target` ("module:function") on `args`."""
+    def start(self, tool: str, target: str, args: dict[str, Any], scratch: list[tuple[str, str]] | None = None) -> JobHandle:
+        """Spawn a detached worker that runs `target` ("module:function") on `args`.
+
+        `scratch`: (directory, name prefix) pairs of what the worker may leave if it is killed; "{job}" in a
+        prefix becomes the job id. Stopping the job (cancel, or reaping a lost one) removes them.
+        """
         job_id = f"j-{uuid.uuid4().hex[:16]}"
         job_dir = self.store.path(f"jobs/{job_id}")
         job_dir.mkdir(parents=True)
-        self.store.write(f"jobs/{job_id}/spec.json", {"id": job_id, "tool": tool, "target": target, "args": args})
+        leftovers = [(directory, prefix.replace("{job}", job_id)) for directory, prefix in scratch or []]
+        self.store.write(
+            f"jobs/{job_id}/spec.json", {"id": job_id, "tool": tool, "target": target, "args": args, "scratch": leftovers}
+        )
         self.store.write(
             self._status_path(job_id),
             {"id": job_id, "tool": tool, "status": "queued", "created_at": _now(), "progress": None},
@@ -111,6 +120,7 @@ class Jobs:
         if status["status"] in FINAL_STATES:
             return status
         stop_job_processes(job_id)
+        self._remove_scratch(job_id)
         return self._finish_if_open(job_id, "cancelled", error={"code": "failed", "message": "cancelled on request"})
 
     def reap_stale(self) -> list[str]:
@@ -125,6 +135,7 @@ class Jobs:
             if age < STALE_AFTER_S:
                 continue
             stop_job_processes(status["id"])
+            self._remove_scratch(status["id"])
             self._finish_if_open(
                 status["id"],
                 "lost",
@@ -136,6 +147,15 @@ class Jobs:
             )
             reaped.append(status["id"])
         return reaped
+
+    def _remove_scratch(self, job_id: str) -> None:
+        """What a stopped worker could not clean up itself (it was killed): its tagged temporary siblings."""
+        spec = self.store.read(f"jobs/{job_id}/spec.json") or {}
+        for directory, prefix in spec.get("scratch") or []:
+            if job_id not in prefix:
+                continue  # only names carrying this job's id are ever removed
+            for path in Path(directory).glob(glob.escape(prefix) + "*"):
+                shutil.rmtree(path, ignore_errors=True)
 
     def _finish_if_open(self, job_id: str, state: str, **fields: Any) -> dict[str, Any]:
         def change(current: dict[str, Any] | None) -> dict[str, Any]:

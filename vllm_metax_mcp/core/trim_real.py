@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from . import extract_script
-from .atomic import staged_directory
+from .atomic import scratch_prefix, staged_directory
 from .checkpoint import cross_check
 from .errors import ErrorCode, ToolFailure
 from .extract_script import (
@@ -41,7 +41,7 @@ from .extract_script import (
     write_shard,
 )
 from .hfconfig import analyse
-from .jobs import stop_requested
+from .jobs import JOB_MARKER_ENV, stop_requested
 from .safetensors_index import CheckpointFiles, Tensor
 from .trim_output import IMAGE_NAME, tiny_png
 
@@ -234,7 +234,8 @@ def _same_file(a: Path, b: Path) -> bool:
 
 def _reproduce(staging: Path, target: Path, spec: dict[str, Any], expected: list[str]) -> None:
     """Run the written extract.py alone (isolated, no site-packages) into a scratch directory and compare."""
-    scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".reproduce", dir=target.parent))
+    prefix = scratch_prefix(target, os.environ.get(JOB_MARKER_ENV, ""))
+    scratch = Path(tempfile.mkdtemp(prefix=prefix, suffix=".reproduce", dir=target.parent))
     try:
         out = scratch / "out"
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
@@ -296,7 +297,7 @@ def run_job(spec: dict[str, Any], progress: Any) -> dict[str, Any]:
     target = Path(spec["target"])
     reporter = _Reporter(progress, sum(item[5] for items in spec["shards"].values() for item in items))
     try:
-        with staged_directory(target, replace=spec["overwrite"]) as staging:
+        with staged_directory(target, replace=spec["overwrite"], tag=os.environ.get(JOB_MARKER_ENV, "")) as staging:
             result = _build(staging, target, spec, reporter)
     except OSError as exc:
         raise _failure(

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from ..core.atomic import staged_directory
+from ..core.atomic import scratch_prefix, staged_directory
 from ..core.config_rewrite import dump_config
 from ..core.errors import ErrorCode, ToolFailure, bad_input
 from ..core.extract_script import file_sha256
@@ -335,7 +335,7 @@ def trim_model(args: TrimModelInput, env: ToolEnv) -> TrimModelOutput | JobHandl
     plan = make_plan(source, trim_request(args))
     if args.output_mode == "real":
         spec = real_trim_spec(args, env, evidence, source, plan, target)
-        return env.jobs.start(env.tool, REAL_TRIM_JOB, spec)
+        return env.jobs.start(env.tool, REAL_TRIM_JOB, spec, scratch=[(str(target.parent), scratch_prefix(target, "{job}"))])
     return _write_dummy(args, env, source, plan, PlanTrimOutput(**plan_output(args, env, evidence, plan)), target)
 
 
