@@ -27,7 +27,7 @@ from .pyindex import ModuleIndex
 from .results import digest
 from .state import StateStore
 
-PYTHON_FACTS_VERSION = 1
+PYTHON_FACTS_VERSION = 2
 NATIVE_FACTS_VERSION = 1
 NATIVE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".h", ".hpp", ".hip", ".mm")
 PROBE_MARKER = "@@OPPROBE@@"
@@ -37,6 +37,8 @@ BUILD_NAMESPACE = "TORCH_EXTENSION_NAME"
 LIBRARY = re.compile(r"\bTORCH_LIBRARY(_FRAGMENT|_EXPAND)?\s*\(")
 JIT_MARKERS = ("jit", "autotune")
 STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
+DEFAULT_NAMESPACE = "vllm"
+"""`direct_register_custom_op` without `target_lib` registers into vLLM's own library."""
 DEFINE = re.compile(r"#\s*define\s+(\w+)\s+(\w+)")
 STRING_OR_COMMENT = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*|/\*.*?\*/', re.S)
 
@@ -81,6 +83,7 @@ def scan_python(source: bytes) -> dict[str, Any]:
         return {}
     uses: list[list[Any]] = []
     libraries: dict[str, str] = {}
+    defined: list[list[Any]] = []
     registrations: list[dict[str, Any]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute):
@@ -95,11 +98,33 @@ def scan_python(source: bytes) -> dict[str, Any]:
                 for target in node.targets:
                     if isinstance(target, ast.Name):
                         libraries[target.id] = namespace
+                if _const(_argument(node.value, 1, "kind")) == "DEF":
+                    defined.append([namespace, node.lineno])
         if isinstance(node, ast.Call):
             found = _registration(node)
             if found:
                 registrations.append({**found, "line": node.lineno})
-    return {"uses": sorted(uses, key=lambda u: (u[0], u[1])), "libraries": libraries, "registrations": registrations}
+    return {
+        "uses": sorted(uses, key=lambda u: (u[0], u[1])),
+        "libraries": libraries,
+        "defined": defined,
+        "registrations": registrations,
+    }
+
+
+def local_ops(facts: dict[str, Any]) -> list[tuple[str, int]]:
+    """(`ns.op`, line) of each registration whose namespace the file itself names; `direct_register_custom_op`
+    without a target library registers into vLLM's own."""
+    libraries = facts.get("libraries", {})
+    found = []
+    for item in facts.get("registrations", []):
+        if item.get("op"):
+            found.append((item["op"], item["line"]))
+        elif item["how"] == "direct_register_custom_op":
+            found.append((f"{libraries.get(item.get('lib') or '', DEFAULT_NAMESPACE)}.{item['name']}", item["line"]))
+        elif item.get("lib") in libraries:
+            found.append((f"{libraries[item['lib']]}.{item['name']}", item["line"]))
+    return found
 
 
 # -- native facts ----------------------------------------------------------------------------

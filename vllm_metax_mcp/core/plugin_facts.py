@@ -4,8 +4,8 @@ The difference matrix needs two facts the model files do not carry. Which platfo
 installs comes from the strings its package `__init__` hands vLLM (`register()` returns
 "vllm_metax.platform.MacaPlatform"), never from a class or file name; what that class answers for a
 predicate is known only where a method returns a constant. Which `torch.ops` the plugin registers
-comes from its Python registrations (`Library("ns", ...)`, `direct_register_custom_op`,
-`custom_op("ns::op")`, `define`); native `TORCH_LIBRARY` blocks are not read here.
+comes from its Python registrations, read by the same scanner trace_dependency uses
+(`kernels.scan_python`); native `TORCH_LIBRARY` blocks are not read here.
 """
 
 from __future__ import annotations
@@ -14,16 +14,13 @@ import ast
 import re
 from dataclasses import dataclass, field
 
-from .dispatch import dotted
 from .evidence import FileEvidence
+from .kernels import local_ops, scan_python
 from .pyindex import module_name
 from .subjects import Subject
 
 PLUGIN_ROOT = "vllm_metax"
 CLASS_PATH = re.compile(rf"^{PLUGIN_ROOT}(\.\w+)+$")
-REGISTRATION_NEEDLES = (b"Library(", b"custom_op", b"define(")
-DEFAULT_NAMESPACE = "vllm"
-"""`direct_register_custom_op` without `target_lib` registers into vLLM's own library."""
 
 
 @dataclass(frozen=True)
@@ -94,39 +91,12 @@ def _platform(subject: Subject, facts: PluginFacts, sources: dict[str, bytes]) -
         return
 
 
-def _registrations(path: str, sha: str, tree: ast.AST, facts: PluginFacts) -> None:
-    libraries: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and (dotted(node.value.func) or "").endswith("Library"):
-            args = [a.value for a in node.value.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
-            for target in node.targets:
-                if isinstance(target, ast.Name) and args:
-                    libraries[target.id] = args[0]
-            if len(args) > 1 and args[1] == "DEF":
-                facts.namespaces.setdefault(args[0], FileEvidence(path=path, line=node.lineno, rev=sha))
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            op = _registered(node, libraries)
-            if op:
-                facts.ops.setdefault(op, FileEvidence(path=path, line=node.lineno, rev=sha))
-
-
-def _registered(call: ast.Call, libraries: dict[str, str]) -> str | None:
-    """`ns.op` a registration call defines, or None."""
-    callee = dotted(call.func) or ""
-    last = callee.rsplit(".", 1)[-1]
-    first = call.args[0].value if call.args and isinstance(call.args[0], ast.Constant) else None
-    if last == "direct_register_custom_op":
-        name = first or next((k.value.value for k in call.keywords if k.arg == "op_name" and isinstance(k.value, ast.Constant)), None)
-        lib = next((dotted(k.value) for k in call.keywords if k.arg == "target_lib"), None)
-        return f"{libraries.get(lib or '', DEFAULT_NAMESPACE)}.{name}" if isinstance(name, str) else None
-    if not isinstance(first, str) or last not in ("custom_op", "define"):
-        return None
-    if "::" in first:
-        namespace, _, rest = first.partition("::")
-        return f"{namespace}.{rest.split('(')[0].strip()}"
-    owner = dotted(call.func.value) if isinstance(call.func, ast.Attribute) else None
-    return f"{libraries[owner]}.{first.split('(')[0].strip()}" if owner in libraries else None
+def _registrations(path: str, sha: str, source: bytes, facts: PluginFacts) -> None:
+    found = scan_python(source)
+    for namespace, line in found.get("defined", []):
+        facts.namespaces.setdefault(namespace, FileEvidence(path=path, line=line, rev=sha))
+    for op, line in local_ops(found):
+        facts.ops.setdefault(op, FileEvidence(path=path, line=line, rev=sha))
 
 
 def plugin_facts(subject: Subject) -> PluginFacts:
@@ -136,8 +106,5 @@ def plugin_facts(subject: Subject) -> PluginFacts:
     facts = PluginFacts()
     _platform(subject, facts, sources)
     for path in paths:
-        if any(needle in sources[path] for needle in REGISTRATION_NEEDLES):
-            tree = _parse(sources[path])
-            if tree is not None:
-                _registrations(path, subject.sha(path), tree, facts)
+        _registrations(path, subject.sha(path), sources[path], facts)
     return facts
