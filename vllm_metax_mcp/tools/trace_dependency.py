@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from ..core.audit import Findings, Model, audit, owned_modules, probe_target
+from ..core.trace_checks import Findings, Model, check_path, owned_modules, probe_target
 from ..core.codebase import Codebase
 from ..core.environment import load_record
 from ..core.errors import bad_input, not_found
@@ -403,7 +403,7 @@ def trace_dependency(args: TraceInput, env: ToolEnv) -> TraceOutput:
         if isinstance(base_subject, RevisionSubject) and isinstance(upstream, RevisionSubject):
             history = upstream_history(upstream.repo, base_subject.commit, upstream.commit, cache)
         probe = probe_target(args.python, env.policy.mode, load_record(env.store, repo) if repo else None, args.probe_ops)
-        findings = audit(env.store, code, walk, found, stop, model, base_index, history, plugin_packages, probe)
+        findings = check_path(env.store, code, walk, found, stop, model, base_index, history, plugin_packages, probe)
         output.unknowns += findings.unknowns
         output.probe_id = findings.probe_id
     _annotate(walk.rows, index, base_index, plugin_packages)

@@ -152,7 +152,7 @@ def _pending(code: Codebase, module: str, problems: list[ImportProblem]) -> Boun
     )
 
 
-def audit(
+def check_path(
     store: StateStore,
     code: Codebase,
     walk: Walk,
