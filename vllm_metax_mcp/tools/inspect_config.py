@@ -12,14 +12,34 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from ..core.checkpoint import CheckpointReport, base_from_tensors, cross_check, ordered_findings
-from ..core.construct import ConstructedView, ConstructRequest, constructed_findings, run_construct, view
-from ..core.consumers import SourceTree, bases_from_code, directory_tree, find_consumers, subject_tree
+from ..core.checkpoint import (
+    CheckpointReport,
+    ordered_findings,
+)
+from ..core.construct import (
+    ConstructedView,
+    ConstructRequest,
+    constructed_findings,
+    run_construct,
+    view,
+)
+from ..core.consumers import (
+    SourceTree,
+    directory_tree,
+    find_consumers,
+    subject_tree,
+)
 from ..core.environment import check_interpreter, load_record
 from ..core.errors import ErrorCode, ToolFailure, bad_input
 from ..core.git import Repository, open_repository
-from ..core.hfconfig import IdList, Layout, analyse, id_list_gaps, load_config, rebuild_kinds
+from ..core.hfconfig import (
+    Layout,
+    analyse,
+    id_list_gaps,
+    load_config,
+)
 from ..core.hub import ModelLocation, locate_model
+from ..core.idbases import cross_check_with_bases
 from ..core.policy import Effect, Mode
 from ..core.results import canonical, inputs_fingerprint, paginate
 from ..core.safetensors_index import CheckpointFiles, scan_checkpoint
@@ -369,67 +389,6 @@ def _source_trees(args: InspectConfigInput, env: ToolEnv, target: _Target) -> tu
     return trees, gaps
 
 
-def _decide_bases(
-    layout: Layout, report: CheckpointReport | None, trees: list[SourceTree], model_class: str | None
-) -> tuple[bool, list[tuple[str, str, str]]]:
-    """Tensor names first, then consumer code; the values' range is the fallback. Returns (changed, findings)."""
-    changed = False
-    findings: list[tuple[str, str, str]] = []
-    for item in layout.id_lists:
-        if not item.ids:
-            continue
-        before = item.base
-        decided = _from_tensors(item, layout, report, findings)
-        if decided is None:
-            decided = _from_code(item, trees, model_class, findings)
-        if decided is not None and before is not None and decided != before:
-            findings.append(
-                (
-                    "warning",
-                    "id_list_base_conflict",
-                    f"{item.name}: the values suggest {before}-based ids but stronger evidence says {decided}-based ({item.evidence}).",
-                )
-            )
-        changed |= item.base != before
-    return changed, findings
-
-
-def _from_tensors(
-    item: IdList, layout: Layout, report: CheckpointReport | None, findings: list[tuple[str, str, str]]
-) -> int | None:
-    if report is None:
-        return None
-    base, evidence, contradicted = base_from_tensors(item, report.markers, layout.backbone_layers or 0, layout.mtp_layers or 0)
-    if contradicted:
-        findings.append(("error", "id_list_contradicts_tensors", evidence))
-    if base is not None:
-        item.base, item.evidence = base, evidence
-    return base
-
-
-def _from_code(
-    item: IdList, trees: list[SourceTree], model_class: str | None, findings: list[tuple[str, str, str]]
-) -> int | None:
-    evidence = bases_from_code(trees, item.name) if trees else []
-    if not evidence:
-        return None
-    if model_class and len({e.base for e in evidence}) > 1:
-        module = model_class.split(":", 1)[0].replace(".", "/")
-        evidence = [e for e in evidence if e.location.path.startswith(module)] or evidence
-    bases = {e.base for e in evidence}
-    first = evidence[0].location
-    cited = f"consumer code: {first.tree} {first.path}:{first.line} `{first.text}`" + (
-        f" (+{len(evidence) - 1} more)" if len(evidence) > 1 else ""
-    )
-    if len(bases) > 1:
-        findings.append(
-            ("warning", "id_list_consumers_disagree", f"{item.name}: consumers read it both 0- and 1-based ({cited}).")
-        )
-        return None
-    item.base, item.evidence = bases.pop(), cited
-    return item.base
-
-
 # -- output assembly ---------------------------------------------------------------------------
 
 
@@ -558,22 +517,6 @@ def _code_trees(args: InspectConfigInput, env: ToolEnv, target: _Target, needed:
     return _source_trees(args, env, target)
 
 
-def _cross_check_with_bases(
-    layout: Layout,
-    raw: dict[str, Any],
-    files: CheckpointFiles | None,
-    trees: list[SourceTree],
-    built: ConstructedView | None,
-) -> tuple[CheckpointReport | None, list[tuple[str, str, str]]]:
-    """Cross-check, decide id-list bases from its tensor evidence (or code), and redo the layer kinds that depend on them."""
-    report = cross_check(layout, files) if files else None
-    changed, findings = _decide_bases(layout, report, trees, built.model_class if built else None)
-    if changed:
-        rebuild_kinds(raw, layout)
-        report = cross_check(layout, files) if files else None
-    return report, findings
-
-
 @dataclass
 class _Pages:
     layers: list[LayerRow]
@@ -639,7 +582,7 @@ def inspect_config(args: InspectConfigInput, env: ToolEnv) -> InspectConfigOutpu
     target = _target(args, env) if args.construct or need_code else _Target()
     built, probe_id, construct_gaps = _construct(args, env, target, location, raw)
     trees, tree_gaps = _code_trees(args, env, target, need_code)
-    report, base_findings = _cross_check_with_bases(layout, raw, files, trees, built)
+    report, base_findings = cross_check_with_bases(layout, raw, files, trees, built.model_class if built else None)
     findings = [*layout.findings, *base_findings, *(constructed_findings(layout, built) if built else [])]
     pages = _pages(args, _rows(layout, report), built, probe_id)
     return InspectConfigOutput(
@@ -708,7 +651,7 @@ def checkpoint_evidence(args: SubjectArgs, env: ToolEnv, model: str, model_revis
     for site in (target.record or {}).get("site_dirs", []):
         env.policy.allow_read(site)
     trees, tree_gaps = _code_trees(args, env, target, True)  # type: ignore[arg-type]  # uses only the SubjectArgs fields
-    report, findings = _cross_check_with_bases(layout, raw, files, trees, None)
+    report, findings = cross_check_with_bases(layout, raw, files, trees, None)
     gaps = [*layout.gaps, *_checkpoint_gaps(files), *target.gaps, *tree_gaps, *id_list_gaps(layout)]
     return CheckpointEvidence(location, raw, layout, files, report, trees, target.record, findings, gaps)
 
