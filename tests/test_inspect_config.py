@@ -14,6 +14,7 @@ import pytest
 from mcp import Client
 
 from vllm_metax_mcp.core.construct import constructed_findings, diff_dicts, view
+from vllm_metax_mcp.core.consumers import SourceTree, find_consumers
 from vllm_metax_mcp.core.errors import ErrorCode, ToolFailure
 from vllm_metax_mcp.core.hfconfig import analyse
 from vllm_metax_mcp.server.app import build_server
@@ -965,3 +966,24 @@ def test_plugin_config_patch_from_the_worktree_takes_part(tmp_path: Path, vllm_c
     assert not any("No vllm_metax entry point" in g for g in result.evidence_gaps)
     assert list((shared_state / "scratch").iterdir()) == []  # the exported snapshot is gone after the call
     assert git(plugin, "status", "--porcelain") == ""
+
+
+def test_consumers_are_code_that_reads_the_field_not_words() -> None:
+    source = b'''"""Mentions first_k_dense_replace in a docstring."""
+# first_k_dense_replace in a comment
+class DeepseekConfig:
+    def __init__(self, first_k_dense_replace=3, **kwargs):
+        self.first_k_dense_replace = first_k_dense_replace
+
+def dense_layers(config, data):
+    first_k_dense_replace = 4  # a local of the same name reads nothing
+    keys = ("first_k_dense_replace", "moe_layer_freq")
+    return getattr(config, "first_k_dense_replace", 0), data.get("first_k_dense_replace"), config.first_k_dense_replace
+'''
+    broken = b"def broken(:\n    return config.first_k_dense_replace\n"
+    trees = [SourceTree("upstream", (("vllm/a.py", source), ("vllm/b.py", broken)))]
+    locations, total = find_consumers(trees, "first_k_dense_replace", 20)
+    assert [(loc.path, loc.line) for loc in locations] == [
+        ("vllm/a.py", 4), ("vllm/a.py", 5), ("vllm/a.py", 9), ("vllm/a.py", 10), ("vllm/b.py", 2)
+    ]
+    assert total == 5, "a file that does not parse falls back to its word matches"

@@ -1,7 +1,10 @@
-"""Who reads a config field: a plain search of source trees, plus what a membership test proves.
+"""Who reads a config field: the code of source trees, plus what a membership test proves.
 
-Until a dependency index exists this is a word search over `.py` files (upstream vLLM, the
-installed vLLM, the plugin). For layer-id lists it also reads the consuming expression:
+A file that mentions the field's name is parsed, and only code that can read the field counts:
+an attribute (`config.x`, `self.x = x` in a config class), a key (`d["x"]`, `d.get("x")`), a
+`getattr`/`hasattr` by name, a parameter of that name, or the name as a string constant (key
+lists). Comments, docstrings and unrelated words do not; a file that does not parse falls back to
+its word matches. For layer-id lists the consuming expression also gives the base:
 `layer_idx in config.x` means 0-based ids, `(layer_idx + 1) in config.x` 1-based — evidence from
 the code that runs, not from the list's values.
 """
@@ -71,17 +74,54 @@ def _mentions(trees: Iterable[SourceTree], name: str) -> Iterator[tuple[str, str
                     yield tree.label, path, text
 
 
+def _reads(node: ast.AST, name: str) -> bool:
+    """Whether this node is code that can read the field `name`."""
+    if isinstance(node, ast.Attribute):
+        return node.attr == name
+    if isinstance(node, ast.Constant):
+        return node.value == name
+    if isinstance(node, ast.arg):
+        return node.arg == name
+    if isinstance(node, ast.keyword):
+        return node.arg == name
+    return False
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """ids of the docstring constants (never code that reads a field)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def _reading_lines(text: str, name: str) -> list[int] | None:
+    """Line numbers of code reading the field; None when the file does not parse."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    skip = _docstrings(tree)
+    return sorted({n.lineno for n in ast.walk(tree) if hasattr(n, "lineno") and id(n) not in skip and _reads(n, name)})
+
+
 def find_consumers(trees: list[SourceTree], name: str, limit: int) -> tuple[list[Location], int]:
-    """Lines that mention the field as a word, first `limit` of them, and the total."""
+    """Lines of code that read the field (see the module docstring), first `limit` of them, and the total."""
     word = re.compile(rf"\b{re.escape(name)}\b")
     found: list[Location] = []
     total = 0
     for label, path, text in _mentions(trees, name):
-        for number, line in enumerate(text.splitlines(), 1):
-            if word.search(line):
-                total += 1
-                if len(found) < limit:
-                    found.append(Location(label, path, number, line.strip()[:160]))
+        lines = text.splitlines()
+        numbers = _reading_lines(text, name)
+        if numbers is None:
+            numbers = [n for n, line in enumerate(lines, 1) if word.search(line)]
+        for number in numbers:
+            total += 1
+            if len(found) < limit and number <= len(lines):
+                found.append(Location(label, path, number, lines[number - 1].strip()[:160]))
     return found, total
 
 
