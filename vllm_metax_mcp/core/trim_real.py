@@ -1,6 +1,7 @@
-"""The real-weight trim job: copy the retained tensors as raw bytes, verify, prove the shipped script.
+"""The real-weight trim: checks that refuse in the call, then the job that copies the retained tensors
+as raw bytes, verifies them and proves the shipped script.
 
-Runs in a job worker on a plan the tool checked (`spec`, plain JSON). Everything is written in a
+The job runs in a worker on the plan the tool checked (`spec`, plain JSON). Everything is written in a
 staging directory beside the target and renamed into place only after every tensor was compared
 byte for byte with its source, the output's structure was checked against the reduced config,
 and the shipped `extract.py` recreated the same files on its own. A failure or a cancellation
@@ -42,10 +43,14 @@ from .extract_script import (
 )
 from .hfconfig import analyse
 from .jobs import JOB_MARKER_ENV, stop_requested
+from .errors import bad_input
 from .safetensors_index import CheckpointFiles, Tensor
+from .trim import Plan, Source, keep_submodel_whole
+from .weight_map import submodel_prefix
 from .trim_output import IMAGE_NAME, tiny_png
 
 SCRIPT_NAME = "extract.py"
+OTHER_WEIGHT_FORMATS = (".bin", ".pt", ".pth", ".gguf", ".ckpt", ".msgpack", ".h5")
 PLAN_LINE = "PLAN_JSON = None  # trim_model embeds the plan here (a JSON string) in the extract.py it writes\n"
 PROGRESS_EVERY_S = 0.5
 REPRODUCE_TIMEOUT_S = 24 * 3600
@@ -81,6 +86,80 @@ class _Reporter:
 
 def _failure(message: str) -> ToolFailure:
     return ToolFailure(ErrorCode.FAILED, message)
+
+
+# -- checks in the call, before the job: nothing is written when one refuses ----------------------
+
+
+def readable_source(source: Source) -> CheckpointFiles:
+    """The source checkpoint is complete and every header parses; refuses with every problem found."""
+    files = source.files
+    if files is None:
+        others = sorted(p.name for p in source.directory.iterdir() if p.suffix in OTHER_WEIGHT_FORMATS)
+        found = f" (found {', '.join(others[:3])})" if others else ""
+        raise bad_input(
+            f"the source holds no safetensors checkpoint{found}: real-weight trims copy safetensors tensors byte for "
+            "byte. Convert the checkpoint to safetensors first, or use output_mode=dummy."
+        )
+    if files.ranks:
+        raise bad_input(
+            f"the source is pre-partitioned per rank (shard names carry ranks {files.ranks[:8]}): its files are rank "
+            "partitions, not storage shards. Trimming it needs re-sharding for the new TP (merging the rank slices), "
+            "which this tool does not do; trim a non-partitioned checkpoint."
+        )
+    problems = [message for severity, _, message in files.problems if severity == "error"]
+    if files.missing_shards:
+        problems.insert(0, f"shard(s) named by the index are missing: {', '.join(files.missing_shards[:5])}.")
+    if problems:
+        raise bad_input(
+            "the source checkpoint is not readable as a whole, so nothing is written: " + " ".join(problems[:5])
+            + " Repair or re-download the source, then trim again."
+        )
+    return files
+
+
+def submodel_maps(plan: Plan, source: Source, files: CheckpointFiles, prefix: str) -> dict[str, dict[int, int]]:
+    """For each submodel trimmed by its own depth, the tensor prefix that holds its layers; a submodel whose
+    layers no unique prefix holds is kept whole (its config restored), since its tensors cannot be told apart."""
+    maps: dict[str, dict[int, int]] = {}
+    for sub in list(plan.submodels):
+        if sub.kept == list(range(sub.layers)):
+            continue
+        found = submodel_prefix(files, prefix, sub.layers)
+        if found is None:
+            keep_submodel_whole(
+                plan,
+                source.raw,
+                sub.name,
+                f"no single tensor prefix holds exactly its {sub.layers} layers, so its tensors cannot be renamed",
+            )
+            continue
+        maps[found] = {old: new for new, old in enumerate(sub.kept)}
+    return maps
+
+
+def refuse_narrowing(plan: Plan) -> None:
+    narrowed = [c.field for c in plan.changes if c.reason.startswith("narrowed")]
+    if narrowed:
+        raise bad_input(
+            f"allow_narrowing changed {', '.join(narrowed)}: the retained tensors would no longer match the config. A "
+            "real-weight trim copies tensors unchanged; trim by depth only (drop allow_narrowing), or use output_mode=dummy."
+        )
+
+
+def check_disk(target: Path, need: int, quota: int | None) -> None:
+    existing = target
+    while not existing.exists():
+        existing = existing.parent
+    free = shutil.disk_usage(existing).free
+    limit = min(free, quota) if quota is not None else free
+    if need > limit:
+        where = f"max_disk_bytes {quota}" if limit != free else f"{free} bytes free at the output"
+        raise bad_input(
+            f"the trim needs {need} bytes (the checkpoint and, while extract.py is proven, its reproduction) but "
+            f"{where} allows {limit}; nothing was written. Free space, choose another output root, or keep fewer "
+            "layers (plan_trim budgets.disk_bytes_real gives the checkpoint alone).",
+        )
 
 
 # -- writing ---------------------------------------------------------------------------------------

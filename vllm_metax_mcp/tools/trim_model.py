@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any, Literal
 
@@ -11,15 +10,16 @@ from pydantic import BaseModel, Field
 
 from ..core.atomic import scratch_prefix, staged_directory
 from ..core.config_rewrite import dump_config
-from ..core.errors import ErrorCode, ToolFailure, bad_input
+from ..core.errors import bad_input
 from ..core.extract_script import file_sha256
 from ..core.jobs import JobHandle
 from ..core.policy import Effect, is_within
-from ..core.safetensors_index import PREFERRED_INDEX, CheckpointFiles
+from ..core.safetensors_index import PREFERRED_INDEX
 from ..core.smoke_cases import FILE_NAME, dump_smoke_cases, write_smoke_cases
-from ..core.trim import Plan, Source, keep_submodel_whole, make_plan
+from ..core.trim import Plan, Source, make_plan
 from ..core.trim_output import IMAGE_NAME, MANIFEST_NAME, STATEMENT, copy_assets, tiny_png
-from ..core.weight_map import Layers, WeightMap, assign_shards, map_tensors, submodel_prefix
+from ..core.trim_real import check_disk, readable_source, refuse_narrowing, submodel_maps
+from ..core.weight_map import Layers, WeightMap, assign_shards, map_tensors
 from .base import JobInfo, ToolEnv, ToolSpec
 from .inspect_config import CheckpointEvidence
 from .plan_trim import PlanTrimInput, PlanTrimOutput, gather, plan_output, root_relative, trim_request
@@ -37,7 +37,6 @@ PLAN_FIELDS = {
     "parallel",
     "notes",
 }
-OTHER_WEIGHT_FORMATS = (".bin", ".pt", ".pth", ".gguf", ".ckpt", ".msgpack", ".h5")
 HEADER_ALLOWANCE_BYTES = 256
 """Per tensor, for the output headers in the disk estimate."""
 EXAMPLES_SHOWN = 10
@@ -150,81 +149,6 @@ def _write_dummy(args: TrimModelInput, env: ToolEnv, source: Source, plan: Plan,
     )
 
 
-# -- real weights: checks before anything is written ------------------------------------------
-
-
-def _readable_source(source: Source) -> CheckpointFiles:
-    """The source checkpoint is complete and every header parses; refuses with every problem found."""
-    files = source.files
-    if files is None:
-        others = sorted(p.name for p in source.directory.iterdir() if p.suffix in OTHER_WEIGHT_FORMATS)
-        found = f" (found {', '.join(others[:3])})" if others else ""
-        raise bad_input(
-            f"the source holds no safetensors checkpoint{found}: real-weight trims copy safetensors tensors byte for "
-            "byte. Convert the checkpoint to safetensors first, or use output_mode=dummy."
-        )
-    if files.ranks:
-        raise bad_input(
-            f"the source is pre-partitioned per rank (shard names carry ranks {files.ranks[:8]}): its files are rank "
-            "partitions, not storage shards. Trimming it needs re-sharding for the new TP (merging the rank slices), "
-            "which this tool does not do; trim a non-partitioned checkpoint."
-        )
-    problems = [message for severity, _, message in files.problems if severity == "error"]
-    if files.missing_shards:
-        problems.insert(0, f"shard(s) named by the index are missing: {', '.join(files.missing_shards[:5])}.")
-    if problems:
-        raise bad_input(
-            "the source checkpoint is not readable as a whole, so nothing is written: " + " ".join(problems[:5])
-            + " Repair or re-download the source, then trim again."
-        )
-    return files
-
-
-def _submodel_maps(plan: Plan, source: Source, files: CheckpointFiles, prefix: str) -> dict[str, dict[int, int]]:
-    """For each submodel trimmed by its own depth, the tensor prefix that holds its layers; a submodel whose
-    layers no unique prefix holds is kept whole (its config restored), since its tensors cannot be told apart."""
-    maps: dict[str, dict[int, int]] = {}
-    for sub in list(plan.submodels):
-        if sub.kept == list(range(sub.layers)):
-            continue
-        found = submodel_prefix(files, prefix, sub.layers)
-        if found is None:
-            keep_submodel_whole(
-                plan,
-                source.raw,
-                sub.name,
-                f"no single tensor prefix holds exactly its {sub.layers} layers, so its tensors cannot be renamed",
-            )
-            continue
-        maps[found] = {old: new for new, old in enumerate(sub.kept)}
-    return maps
-
-
-def _refuse_narrowing(plan: Plan) -> None:
-    narrowed = [c.field for c in plan.changes if c.reason.startswith("narrowed")]
-    if narrowed:
-        raise bad_input(
-            f"allow_narrowing changed {', '.join(narrowed)}: the retained tensors would no longer match the config. A "
-            "real-weight trim copies tensors unchanged; trim by depth only (drop allow_narrowing), or use output_mode=dummy."
-        )
-
-
-def _check_disk(args: TrimModelInput, target: Path, need: int) -> None:
-    existing = target
-    while not existing.exists():
-        existing = existing.parent
-    free = shutil.disk_usage(existing).free
-    limit = min(free, args.max_disk_bytes) if args.max_disk_bytes is not None else free
-    if need > limit:
-        where = f"max_disk_bytes {args.max_disk_bytes}" if limit != free else f"{free} bytes free at the output"
-        raise ToolFailure(
-            ErrorCode.BAD_INPUT,
-            f"the trim needs {need} bytes (the checkpoint and, while extract.py is proven, its reproduction) but "
-            f"{where} allows {limit}; nothing was written. Free space, choose another output root, or keep fewer "
-            "layers (plan_trim budgets.disk_bytes_real gives the checkpoint alone).",
-        )
-
-
 def _weights_out(weights: WeightMap, shards: dict[str, Any]) -> WeightsOut:
     renamed = weights.renamed
     return WeightsOut(
@@ -256,10 +180,10 @@ def real_trim_spec(
     """Every check that can refuse before a byte is written, and the plain-JSON plan of the copy job."""
     if target.exists() and not args.overwrite:
         raise bad_input(f"{args.output} already exists; choose a new output directory or pass overwrite=true.")
-    _refuse_narrowing(plan)
-    files = _readable_source(source)
+    refuse_narrowing(plan)
+    files = readable_source(source)
     prefix = source.report.backbone_prefix if source.report else None
-    others = _submodel_maps(plan, source, files, prefix or "")
+    others = submodel_maps(plan, source, files, prefix or "")
     planned = PlanTrimOutput(**plan_output(args, env, evidence, plan))
     backbone = plan.backbone
     layers = Layers(backbone, source.layout.mtp_layers or 0, plan.layer_map, plan.selection.kept_mtp, others)
@@ -270,7 +194,7 @@ def real_trim_spec(
     plan.cases.serve.load_format = "safetensors"
     smoke_text = dump_smoke_cases(plan.cases)
     checkpoint = weights.nbytes + HEADER_ALLOWANCE_BYTES * len(weights.moves)
-    _check_disk(args, target, 2 * (checkpoint + len(config_text) + sum(Path(p).stat().st_size for p in assets.values())))
+    check_disk(target, 2 * (checkpoint + len(config_text) + sum(Path(p).stat().st_size for p in assets.values())), args.max_disk_bytes)
     weights_out = _weights_out(weights, shards)
     validate_with = _validate_with(target, env, args)
     source_paths = {shard: str(env.policy.readable(source.directory / shard)) for shard in files.shard_names}
