@@ -1,30 +1,36 @@
 """The Python module index: per file, what it imports (under which guard), defines and uses.
 
-Scanning is `ast` only. A file's record depends only on its bytes, so records are cached in the
-state directory by blob sha and a second scan of the same trees parses nothing; misses are
-parsed in worker processes. Relative imports are kept raw in the record and resolved against
-the module's name when the index is assembled.
+Scanning is `ast` only (`pyscan`). A file's record depends only on its bytes, so records are
+cached in the state directory by blob sha, as the JSON rows `pyscan` produces, and misses are
+parsed in worker processes. A request for a whole tree also keeps one bundle of all its records,
+keyed by the set of blob shas, so indexing the same tree again reads one file instead of one per
+module, and decodes the bulk of a record (definitions, names used) only for the modules a tool
+looks into. Relative imports are kept raw in the record and resolved against the module's name
+when the index is assembled.
 """
 
 from __future__ import annotations
 
-import ast
+import gc
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+import os
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any
 
-from .dispatch import dotted, evaluate
 from .atomic import write_bytes_atomic
+from .pyscan import DetailRow, GraphRow, scan_row
 from .state import StateStore
 from .subjects import Subject
 
-RECORD_VERSION = 5
+RECORD_VERSION = 6
 PARALLEL_THRESHOLD = 64
-JIT_DECORATOR_MARKERS = ("jit", "autotune", "compile", "custom_op", "register_fake")
+BUNDLE_THRESHOLD = 64
+"""Requests for at least this many blobs (a tree, not a lookup) are also kept as one bundle."""
 
 
 @dataclass
@@ -59,255 +65,143 @@ class Definition:
     method does not also mark its class as changed."""
 
 
-@dataclass
+@contextmanager
+def _collection_paused() -> Iterator[None]:
+    """Decoding many small containers makes the cycle collector run over and over for nothing
+    (rows and syntax trees hold no cycles); pause it meanwhile."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 class ModuleRecord:
-    imports: list[ImportRecord] = field(default_factory=list)
-    definitions: list[Definition] = field(default_factory=list)
-    names_used: list[str] = field(default_factory=list)
-    torch_ops: list[str] = field(default_factory=list)
-    jit_kernels: list[str] = field(default_factory=list)
-    exports: list[str] | None = None
-    error: str | None = None
-    guarded_names: list[str] = field(default_factory=list)
-    """Names bound only inside module-level if/try/with blocks (`if platform: def f(): ...`)."""
+    """One file's record. The part a walk over the whole tree reads (imports, guards, exports,
+    errors) is decoded when the record is loaded; definitions and names used are decoded, and every
+    list becomes objects, on first use, so a tool pays for the modules it looks into."""
+
+    __slots__ = ("_by_name", "_definitions", "_detail", "_detail_text", "_imports", "graph")
+
+    def __init__(self, graph: GraphRow, detail: DetailRow | None = None, detail_text: str = "") -> None:
+        self.graph = graph
+        self._detail, self._detail_text = detail, detail_text
+        self._imports: list[ImportRecord] | None = None
+        self._definitions: list[Definition] | None = None
+        self._by_name: dict[str, Definition] | None = None
+
+    @property
+    def detail(self) -> DetailRow:
+        if self._detail is None:
+            with _collection_paused():
+                self._detail = json.loads(self._detail_text)
+        return self._detail
+
+    def stored(self) -> str:
+        """The record as the cache keeps it: both parts as JSON, tab-separated."""
+        detail = self._detail_text or json.dumps(self._detail, separators=(",", ":"))
+        return f"{json.dumps(self.graph, separators=(',', ':'))}\t{detail}"
+
+    @property
+    def imports(self) -> list[ImportRecord]:
+        if self._imports is None:
+            self._imports = [ImportRecord(*item) for item in self.graph[0]]
+        return self._imports
+
+    @property
+    def jit_kernels(self) -> list[str]:
+        return self.graph[1]
+
+    @property
+    def exports(self) -> list[str] | None:
+        return self.graph[2]
+
+    @property
+    def error(self) -> str | None:
+        return self.graph[3]
+
+    @property
+    def guarded_names(self) -> list[str]:
+        """Names bound only inside module-level if/try/with blocks (`if platform: def f(): ...`)."""
+        return self.graph[4]
+
+    @property
+    def definitions(self) -> list[Definition]:
+        if self._definitions is None:
+            self._definitions = [Definition(*item) for item in self.detail[0]]
+        return self._definitions
+
+    @property
+    def names_used(self) -> list[str]:
+        return self.detail[1]
+
+    @property
+    def torch_ops(self) -> list[str]:
+        return self.detail[2]
 
     def definition(self, name: str) -> Definition | None:
-        return next((d for d in self.definitions if d.name == name), None)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ModuleRecord":
-        return cls(
-            imports=[ImportRecord(**i) for i in data["imports"]],
-            definitions=[Definition(**d) for d in data["definitions"]],
-            names_used=data["names_used"],
-            torch_ops=data["torch_ops"],
-            jit_kernels=data["jit_kernels"],
-            exports=data["exports"],
-            error=data["error"],
-            guarded_names=data.get("guarded_names", []),
-        )
-
-
-# -- scanning one file -----------------------------------------------------------------------
-
-
-def _docstring_lines(node: ast.AST) -> range:
-    body = getattr(node, "body", None)
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
-        return range(body[0].lineno, (body[0].end_lineno or body[0].lineno) + 1)
-    return range(0)
-
-
-def body_hash(node: ast.AST, lines: list[str]) -> str:
-    """Identity of a definition's code: its source lines without the docstring, blank lines,
-    comment-only lines and trailing whitespace (so re-indentation inside a line still counts)."""
-    skip = _docstring_lines(node)
-    digest = hashlib.sha1()
-    for number in range(node.lineno, (getattr(node, "end_lineno", None) or node.lineno) + 1):
-        if number in skip:
-            continue
-        text = lines[number - 1].rstrip()
-        if text and not text.lstrip().startswith("#"):
-            digest.update(text.encode() + b"\n")
-    return digest.hexdigest()[:16]
-
-
-def _class_own_hash(node: ast.ClassDef, lines: list[str]) -> str:
-    """`body_hash` of a class with its methods' lines (decorators included) left out."""
-    skip = set(_docstring_lines(node))
-    for item in node.body:
-        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            start = min([d.lineno for d in item.decorator_list] + [item.lineno])
-            skip.update(range(start, (item.end_lineno or item.lineno) + 1))
-    digest = hashlib.sha1()
-    for number in range(node.lineno, (node.end_lineno or node.lineno) + 1):
-        text = lines[number - 1].rstrip()
-        if number not in skip and text and not text.lstrip().startswith("#"):
-            digest.update(text.encode() + b"\n")
-    return digest.hexdigest()[:16]
-
-
-def _uses(node: ast.AST, ops: list[str]) -> list[str]:
-    """Names loaded under `node`; `torch.ops.<ns>.<op>` uses are appended to `ops` on the way."""
-    used: set[str] = set()
-    for child in ast.walk(node):
-        if isinstance(child, ast.Name):
-            if isinstance(child.ctx, ast.Load):
-                used.add(child.id)
-        elif isinstance(child, ast.Attribute):
-            namespace = child.value
-            if (
-                isinstance(namespace, ast.Attribute)
-                and isinstance(namespace.value, ast.Attribute)
-                and namespace.value.attr == "ops"
-                and isinstance(namespace.value.value, ast.Name)
-                and namespace.value.value.id == "torch"
-            ):
-                op = f"{namespace.attr}.{child.attr}"
-                if op not in ops:
-                    ops.append(op)
-    return sorted(used)
-
-
-def _signature(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
-    return f"({ast.unparse(node.args)})" + (f" -> {ast.unparse(node.returns)}" if node.returns else "")
-
-
-def _definitions(node: ast.stmt, lines: list[str], ops: list[str]) -> list[Definition]:
-    end = getattr(node, "end_lineno", None) or node.lineno
-    if isinstance(node, ast.ClassDef):
-        methods = [item for item in node.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))]
-        members = {item.name: body_hash(item, lines) for item in methods}
-        signatures = {item.name: _signature(item) for item in methods}
-        bases = [ast.unparse(b) for b in node.bases]
-        return [
-            Definition(
-                node.name, "class", node.lineno, end, bases, _uses(node, ops), body_hash(node, lines), "",
-                members, signatures, _class_own_hash(node, lines),
-            )
-        ]
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return [Definition(node.name, "function", node.lineno, end, [], _uses(node, ops), body_hash(node, lines), _signature(node))]
-    targets: list[ast.expr] = []
-    if isinstance(node, ast.Assign):
-        targets = node.targets
-    elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
-        targets = [node.target]
-    names = [t.id for target in targets for t in ast.walk(target) if isinstance(t, ast.Name)]
-    used = _uses(node, ops) if names else []
-    return [Definition(n, "assignment", node.lineno, end, [], used, body_hash(node, lines)) for n in names]
-
-
-class _StatementScanner:
-    """Walks statements only (not expressions): imports with their guards, JIT-decorated functions."""
-
-    def __init__(self, answers: Mapping[str, bool], record: ModuleRecord) -> None:
-        self.answers = answers
-        self.record = record
-        self.guards: list[tuple[str, bool | None]] = []
-        self.function_depth = 0
-
-    def _guard(self) -> tuple[str | None, str]:
-        if self.function_depth:
-            branch = "lazy"
-        elif any(answer is False for _, answer in self.guards):
-            branch = "not_taken"
-        elif any(answer is None for _, answer in self.guards):
-            branch = "conditional"
-        else:
-            branch = "taken"
-        return " and ".join(text for text, _ in self.guards) or None, branch
-
-    def block(self, statements: Iterable[ast.stmt], guard: tuple[str, bool | None] | None = None) -> None:
-        if guard:
-            self.guards.append(guard)
-        for statement in statements:
-            self.statement(statement)
-        if guard:
-            self.guards.pop()
-
-    def statement(self, node: ast.stmt) -> None:
-        if isinstance(node, ast.Import):
-            guard, branch = self._guard()
-            for alias in node.names:
-                self.record.imports.append(ImportRecord(alias.name, [], alias.asname, node.lineno, guard, branch))
-        elif isinstance(node, ast.ImportFrom):
-            guard, branch = self._guard()
-            names = [[a.name, a.asname or a.name] for a in node.names]
-            self.record.imports.append(ImportRecord("." * node.level + (node.module or ""), names, None, node.lineno, guard, branch))
-        elif isinstance(node, ast.If):
-            answer = evaluate(node.test, self.answers)
-            test = ast.unparse(node.test)
-            self.block(node.body, (test, answer))
-            self.block(node.orelse, (f"not ({test})", None if answer is None else not answer))
-        elif isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try))):
-            self._try(node)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for decorator in node.decorator_list:
-                head = ast.unparse(decorator).split("(")[0]
-                if any(marker in head.lower() for marker in JIT_DECORATOR_MARKERS):
-                    self.record.jit_kernels.append(f"{node.name} @{head}")
-            self.function_depth += 1
-            self.block(node.body)
-            self.function_depth -= 1
-        elif isinstance(node, ast.ClassDef):
-            self.block(node.body)
-        else:
-            for child in ("body", "orelse", "finalbody", "handlers"):
-                nested = getattr(node, child, None)
-                if isinstance(nested, list):
-                    self.block(s for s in nested if isinstance(s, ast.stmt))
-
-    def _try(self, node: ast.Try) -> None:
-        catches_import = any(
-            h.type is None or any(n in ast.unparse(h.type) for n in ("ImportError", "ModuleNotFoundError", "Exception"))
-            for h in node.handlers
-        )
-        if catches_import:
-            self.block(node.body, ("try (import may fail)", None))
-            for handler in node.handlers:
-                self.block(handler.body, (f"except {ast.unparse(handler.type) if handler.type else ''}".strip(), None))
-        else:
-            self.block(node.body)
-            for handler in node.handlers:
-                self.block(handler.body)
-        self.block(node.orelse)
-        self.block(node.finalbody)
+        """The first definition of `name` in the module (looked up often while resolving re-exports)."""
+        if self._by_name is None:
+            self._by_name = {}
+            for definition in self.definitions:
+                self._by_name.setdefault(definition.name, definition)
+        return self._by_name.get(name)
 
 
 def scan_source(source: bytes, answers: Mapping[str, bool] | None = None) -> ModuleRecord:
     """Scan one file; a file that does not parse gets a record with `error` set, not an exception."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError) as exc:
-        return ModuleRecord(error=f"{type(exc).__name__}: {getattr(exc, 'msg', exc)} (line {getattr(exc, 'lineno', '?')})")
-    record = ModuleRecord()
-    _StatementScanner(answers or {}, record).block(tree.body)
-    lines = source.decode("utf-8", errors="replace").splitlines()
-    used: set[str] = set()
-    for statement in tree.body:
-        definitions = _definitions(statement, lines, record.torch_ops)
-        record.definitions.extend(definitions)
-        if definitions:
-            for definition in definitions:
-                used.update(definition.names_used)
-        else:
-            used.update(_uses(statement, record.torch_ops))
-        if isinstance(statement, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in statement.targets):
-            if isinstance(statement.value, (ast.List, ast.Tuple)):
-                record.exports = [e.value for e in statement.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
-    record.names_used = sorted(used)
-    record.guarded_names = sorted(_guarded_names(tree.body))
-    return record
-
-
-def _guarded_names(statements: list[ast.stmt], nested: bool = False) -> set[str]:
-    """Functions, classes and plain assignments inside module-level compound statements."""
-    names: set[str] = set()
-    for statement in statements:
-        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names |= {statement.name} if nested else set()
-        elif isinstance(statement, (ast.Assign, ast.AnnAssign)) and nested:
-            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
-            names |= {t.id for t in targets if isinstance(t, ast.Name)}
-        else:
-            for child in ("body", "orelse", "finalbody", "handlers"):
-                block = getattr(statement, child, None)
-                if isinstance(block, list):
-                    inner = [s for b in block for s in (b.body if isinstance(b, ast.ExceptHandler) else [b])]
-                    names |= _guarded_names([s for s in inner if isinstance(s, ast.stmt)], True)
-    return names
-
-
-def _scan_to_dict(item: tuple[bytes, dict[str, bool]]) -> dict[str, Any]:
-    return asdict(scan_source(*item))
+    return ModuleRecord(*scan_row(source, answers))
 
 
 # -- the cache -------------------------------------------------------------------------------
 
 
+def _decode(stored: str, whole: bool) -> ModuleRecord | None:
+    """A stored record, or None when the text is not one (a line cut short by a crash or being
+    appended right now). `whole` decodes the bulk now too, for text that was not written in one
+    atomic rename; a bundle's lines leave it for first use."""
+    graph_text, _, detail_text = stored.partition("\t")
+    try:
+        graph = json.loads(graph_text)
+        detail = json.loads(detail_text) if whole else None
+    except ValueError:
+        return None
+    if not (isinstance(graph, list) and len(graph) == 5 and isinstance(graph[0], list) and detail_text.startswith("[[")):
+        return None
+    if whole and not (isinstance(detail, list) and len(detail) == 3 and isinstance(detail[0], list)):
+        return None
+    return ModuleRecord(graph, detail, detail_text)
+
+
+def _scan(item: tuple[str, bytes], answers: dict[str, bool]) -> str:
+    """Worker side: one blob's record as the cache stores it."""
+    graph, detail = scan_row(item[1], answers)
+    return f"{json.dumps(graph, separators=(',', ':'))}\t{json.dumps(detail, separators=(',', ':'))}"
+
+
+def _append(path: Path, data: bytes) -> None:
+    """Append in one write to an O_APPEND file, which keeps concurrent appenders' lines apart; a
+    line that still comes out damaged (a crash, a short write) only reads back as a miss."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        while data:
+            data = data[os.write(handle, data) :]
+    finally:
+        os.close(handle)
+
+
 class RecordCache:
-    """Module records keyed by (blob sha, platform answers) in the state directory."""
+    """Module records keyed by (blob sha, platform answers) in the state directory.
+
+    Records are appended to one of 256 shard files by the first two hex digits of the blob sha
+    (`blobs/ab.rec`, lines of `sha<TAB>record`), not written one file per blob: creating 2,000
+    small files took a tenth of a cold index of the vLLM tree. A request for a whole tree also
+    writes a bundle of exactly its records (`trees/<key>.rec`), replaced atomically, which is all
+    a second index of that tree reads.
+    """
 
     def __init__(self, store: StateStore, answers: Mapping[str, bool] | None = None) -> None:
         self.answers = dict(answers or {})
@@ -318,38 +212,70 @@ class RecordCache:
         self.hits = 0
         self.misses = 0
 
-    def _path(self, sha: str) -> Path:
-        return self.root / sha[:2] / f"{sha}.json"
+    def _shard(self, prefix: str) -> Path:
+        return self.root / "blobs" / f"{prefix}.rec"
+
+    def _bundle(self, shas: set[str]) -> Path:
+        key = hashlib.sha1("\n".join(sorted(shas)).encode()).hexdigest()
+        return self.root / "trees" / f"{key}.rec"
 
     def get_many(self, subject: Subject, paths: list[str], workers: int = 2) -> dict[str, ModuleRecord]:
         entries = subject.entries()
-        records: dict[str, ModuleRecord] = {}
-        missing: list[str] = []
-        for path in paths:
-            try:
-                sha = entries[path].sha
-                if sha not in self.memory:
-                    self.memory[sha] = ModuleRecord.from_dict(json.loads(self._path(sha).read_text()))
-                records[path] = self.memory[sha]
-                self.hits += 1
-            except (FileNotFoundError, ValueError, KeyError, TypeError):
-                missing.append(path)
-        if missing:
-            self.misses += len(missing)
-            sources = subject.read_many(missing)
-            items = [(sources[p], self.answers) for p in missing]
-            if len(items) >= PARALLEL_THRESHOLD and workers > 1:
-                with ProcessPoolExecutor(max_workers=workers) as pool:
-                    scanned = list(pool.map(_scan_to_dict, items, chunksize=32))
-            else:
-                scanned = [_scan_to_dict(item) for item in items]
-            for path, data in zip(missing, scanned):
-                self._store(entries[path].sha, data)
-                records[path] = self.memory[entries[path].sha] = ModuleRecord.from_dict(data)
-        return records
+        shas = {path: entry.sha if (entry := entries.get(path)) else subject.sha(path) for path in paths}
+        unique = set(shas.values())
+        wanted = unique - self.memory.keys()
+        bundle = self._bundle(unique) if len(unique) >= BUNDLE_THRESHOLD else None
+        stored: dict[str, str] = {}
+        """What this call read or scanned, as stored, so a new bundle needs no re-encoding."""
+        with _collection_paused():
+            if wanted and bundle is not None:
+                self._read(bundle, wanted, stored, whole=False)
+            bundled = wanted <= stored.keys()
+            for prefix in sorted({sha[:2] for sha in wanted - stored.keys()}):
+                self._read(self._shard(prefix), wanted, stored, whole=True)
+            parse = {sha: path for path, sha in shas.items() if sha in wanted and sha not in stored}
+            if parse:
+                self._parse(subject, parse, workers, stored)
+        if bundle is not None and not bundled:
+            write_bytes_atomic(bundle, "".join(f"{sha}\t{self._stored(sha, stored)}\n" for sha in sorted(unique)).encode(), durable=False)
+        misses = sum(1 for sha in shas.values() if sha in parse)
+        self.misses += misses
+        self.hits += len(shas) - misses
+        return {path: self.memory[sha] for path, sha in shas.items()}
 
-    def _store(self, sha: str, data: dict[str, Any]) -> None:
-        write_bytes_atomic(self._path(sha), json.dumps(data, separators=(",", ":")).encode(), durable=False)
+    def _stored(self, sha: str, stored: dict[str, str]) -> str:
+        return stored.get(sha) or self.memory[sha].stored()
+
+    def _read(self, path: Path, wanted: set[str], stored: dict[str, str], whole: bool) -> None:
+        """Take the wanted records from a bundle or shard file; a damaged line is a miss (records
+        are written as ASCII JSON, so a byte cut short is replaced and fails to decode)."""
+        try:
+            lines = path.read_bytes().decode("ascii", errors="replace").split("\n")
+        except OSError:
+            return
+        for line in lines:
+            sha, _, text = line.partition("\t")
+            if sha in wanted and sha not in stored and (record := _decode(text, whole)) is not None:
+                self.memory[sha], stored[sha] = record, text
+
+    def _parse(self, subject: Subject, parse: dict[str, str], workers: int, stored: dict[str, str]) -> None:
+        """Scan the blobs no record was found for (biggest first, so the workers finish together)
+        and append them to their shards."""
+        sources = subject.read_many(parse.values())
+        items = sorted(((sha, sources[path]) for sha, path in parse.items()), key=lambda item: -len(item[1]))
+        scan = partial(_scan, answers=self.answers)
+        if len(items) >= PARALLEL_THRESHOLD and workers > 1:
+            with ProcessPoolExecutor(max_workers=workers, initializer=gc.disable) as pool:
+                scanned = list(pool.map(scan, items, chunksize=max(1, len(items) // (workers * 32))))
+        else:
+            scanned = [scan(item) for item in items]
+        shards: dict[str, list[str]] = {}
+        for (sha, _), text in zip(items, scanned):
+            graph, _, detail = text.partition("\t")
+            self.memory[sha], stored[sha] = ModuleRecord(json.loads(graph), detail_text=detail), text
+            shards.setdefault(sha[:2], []).append(f"{sha}\t{text}\n")
+        for prefix, lines in shards.items():
+            _append(self._shard(prefix), "".join(lines).encode())
 
 
 # -- the assembled index ---------------------------------------------------------------------
@@ -392,12 +318,10 @@ class ModuleIndex:
         self.modules: dict[str, IndexedModule] = {}
 
     def add_tree(self, side: str, subject: Subject, cache: RecordCache, prefixes: Iterable[str] = ("",)) -> None:
-        paths = sorted({p for prefix in prefixes for p in subject.list(prefix) if module_name(p)})
-        records = cache.get_many(subject, paths)
-        for path in paths:
-            name = module_name(path)
-            assert name is not None
-            self.modules.setdefault(name, IndexedModule(name, side, path, path.endswith("__init__.py"), records[path]))
+        names = {path: name for prefix in prefixes for path in subject.list(prefix) if (name := module_name(path))}
+        records = cache.get_many(subject, sorted(names))
+        for path, record in records.items():
+            self.modules.setdefault(names[path], IndexedModule(names[path], side, path, path.endswith("__init__.py"), record))
 
     def get(self, name: str) -> IndexedModule | None:
         return self.modules.get(name)
