@@ -29,7 +29,7 @@ from typing import Any
 from . import extract_script
 from .atomic import scratch_prefix, staged_directory
 from .checkpoint import cross_check
-from .errors import ErrorCode, ToolFailure
+from .errors import ErrorCode, ToolFailure, bad_input
 from .extract_script import (
     CHUNK_BYTES,
     INDEX_NAME,
@@ -43,11 +43,10 @@ from .extract_script import (
 )
 from .hfconfig import analyse
 from .jobs import JOB_MARKER_ENV, stop_requested
-from .errors import bad_input
 from .safetensors_index import CheckpointFiles, Tensor
 from .trim import Plan, Source, keep_submodel_whole
-from .weight_map import submodel_prefix
 from .trim_output import IMAGE_NAME, tiny_png
+from .weight_map import submodel_prefix
 
 SCRIPT_NAME = "extract.py"
 OTHER_WEIGHT_FORMATS = (".bin", ".pt", ".pth", ".gguf", ".ckpt", ".msgpack", ".h5")
