@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import os
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
 from vllm_metax_mcp.core.pyindex import (
+    MAX_BUNDLES,
     ModuleIndex,
     ModuleRecord,
     RecordCache,
@@ -314,3 +317,26 @@ def test_index_resolves_relative_imports_and_re_exports(tmp_path: Path) -> None:
     assert package.absolute(package.record.imports[0].module) == "pkg.mod0"
     assert index.resolve_symbol("pkg", "Thing") == ("pkg.mod0", "Thing")
     assert index.resolve_symbol("pkg", "mod1") == ("pkg.mod1", None)
+
+
+def test_only_the_most_recently_used_bundles_are_kept(tmp_path: Path) -> None:
+    top = tmp_path / "tree"
+    subject = _write_tree(top, _plain_tree(tmp_path, 70))
+    store = StateStore(tmp_path / "state")
+    first = RecordCache(store)
+    first.get_many(subject, subject.list("pkg/"))
+    bundles = first.root / "trees"
+    [original] = list(bundles.iterdir())
+    for version in range(MAX_BUNDLES + 2):
+        (top / "pkg/mod3.py").write_text(f"import json  # version {version}\n")
+        changed = DirectorySubject(top)
+        RecordCache(store).get_many(changed, changed.list("pkg/"))
+        if version == 3:
+            os.utime(original, (time.time() + 60, time.time() + 60))  # the original tree is read again meanwhile
+    kept = list(bundles.iterdir())
+    assert len(kept) == MAX_BUNDLES and original in kept
+    (top / "pkg/mod3.py").write_text("import json  # version 0\n")
+    pruned = RecordCache(store)
+    records = pruned.get_many(DirectorySubject(top), DirectorySubject(top).list("pkg/"))
+    assert pruned.misses == 0, "a pruned bundle's records still come from the shards"
+    assert [i.module for i in records["pkg/mod3.py"].imports] == ["json"]

@@ -31,6 +31,9 @@ RECORD_VERSION = 6
 PARALLEL_THRESHOLD = 64
 BUNDLE_THRESHOLD = 64
 """Requests for at least this many blobs (a tree, not a lookup) are also kept as one bundle."""
+MAX_BUNDLES = 8
+"""Bundles kept, most recently used first (one is about 14 MB for the vLLM tree); a tree whose bundle
+was pruned reads its records from the shards again."""
 
 
 @dataclass
@@ -193,6 +196,25 @@ def _append(path: Path, data: bytes) -> None:
         os.close(handle)
 
 
+def _touch(path: Path) -> None:
+    try:
+        os.utime(path)
+    except OSError:
+        pass  # pruned meanwhile by another process: it is written again next time
+
+
+def _prune(directory: Path, keep: int) -> None:
+    """Remove all but the `keep` most recently used files of a directory."""
+    dated = []
+    for path in directory.iterdir():
+        try:
+            dated.append((path.stat().st_mtime, path))
+        except OSError:
+            continue
+    for _, path in sorted(dated, reverse=True)[keep:]:
+        path.unlink(missing_ok=True)
+
+
 class RecordCache:
     """Module records keyed by (blob sha, platform answers) in the state directory.
 
@@ -236,8 +258,11 @@ class RecordCache:
             parse = {sha: path for path, sha in shas.items() if sha in wanted and sha not in stored}
             if parse:
                 self._parse(subject, parse, workers, stored)
-        if bundle is not None and not bundled:
+        if bundle is not None and bundled:
+            _touch(bundle)
+        elif bundle is not None:
             write_bytes_atomic(bundle, "".join(f"{sha}\t{self._stored(sha, stored)}\n" for sha in sorted(unique)).encode(), durable=False)
+            _prune(bundle.parent, MAX_BUNDLES)
         misses = sum(1 for sha in shas.values() if sha in parse)
         self.misses += misses
         self.hits += len(shas) - misses
