@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -183,6 +184,30 @@ def test_staged_directory_replace_keeps_old_content_on_failure(tmp_path: Path) -
         (staging / "new.txt").write_text("new")
     assert sorted(os.listdir(parent)) == ["model"]
     assert sorted(os.listdir(target)) == ["new.txt"]
+
+
+def test_staged_directory_interrupted_between_its_renames_puts_the_old_output_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "model"
+    target.mkdir()
+    (target / "old.txt").write_text("old")
+    real_replace = os.replace
+    calls = []
+
+    def interrupted(source: Any, destination: Any) -> None:
+        calls.append(destination)
+        if len(calls) == 2:  # the old output was set aside; the new one never arrives
+            raise KeyboardInterrupt
+        real_replace(source, destination)
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        with staged_directory(target, replace=True) as staging:
+            (staging / "new.txt").write_text("new")
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert sorted(os.listdir(tmp_path)) == ["model"]
+    assert sorted(os.listdir(target)) == ["old.txt"]
 
 
 def test_write_bytes_atomic_failure_leaves_old_file_and_no_temp(tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ from test_smoke import CPU_ARGS, TRANSFORMERS_GREEDY, kill_leftovers
 from tiny_models import build_model
 
 from vllm_metax_mcp.core.errors import ErrorCode, ToolFailure
-from vllm_metax_mcp.core.extract_script import DTYPE_BYTES, parse_header
+from vllm_metax_mcp.core.extract_script import DTYPE_BITS, parse_header
 from vllm_metax_mcp.tools import run_smoke_test as smoke_tool
 from vllm_metax_mcp.tools import trim_model as tool
 from vllm_metax_mcp.tools.base import Runtime, ToolEnv, invoke
@@ -82,7 +82,7 @@ def write_shard(path: Path, tensors: Tensors) -> None:
     header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
     payload = bytearray()
     for name, (dtype, shape) in tensors.items():
-        size = DTYPE_BYTES[dtype]
+        size = DTYPE_BITS[dtype] // 8
         for dim in shape:
             size *= dim
         header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(payload), len(payload) + size]}
@@ -286,6 +286,24 @@ def test_a_submodel_is_renamed_by_its_own_depth_only_when_one_prefix_holds_its_l
     assert sum(n.startswith("model.visual.") for n in tensor_bytes(root / "vl2-tiny")) == 8
 
 
+def test_extract_py_on_a_changed_source_fails_clearly_and_writes_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    source = _small_v3(root)
+    (source / "tokenizer.json").write_text('{"version": "1.0"}')
+    trim(runtime(tmp_path), {"model": "v3", "output": "out"})
+    (source / "tokenizer.json").write_text('{"version": "2.0"}')
+    again = tmp_path / "again"
+    proc = subprocess.run([sys.executable, "-I", "-S", str(root / "out" / "extract.py"), str(source), str(again)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "tokenizer.json" in proc.stderr and str(tmp_path) not in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["root", "state"], "no OUTPUT_DIR, no partial one"
+    (source / V3_SHARDS[0]).unlink()
+    proc = subprocess.run([sys.executable, "-I", "-S", str(root / "out" / "extract.py"), str(source), str(again)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and V3_SHARDS[0] in proc.stderr and str(tmp_path) not in proc.stderr
+    assert not again.exists()
+
+
 # -- refusals: nothing written ------------------------------------------------------------------
 
 
@@ -321,6 +339,28 @@ def _hole(text: str) -> str:
     return json.dumps(header)
 
 
+def _unknown_dtype(text: str) -> str:
+    header = json.loads(text)
+    name = next(n for n in header if n != "__metadata__")
+    header[name]["dtype"] = "BF61"
+    return json.dumps(header)
+
+
+def _copy_in_two_shards(directory: Path) -> None:
+    """The embedding also in the last shard, with other bytes: which copy a loader takes is undecided."""
+    first, last = directory / V3_SHARDS[0], directory / V3_SHARDS[2]
+    embedding = parse_header(str(first)).entries["model.embed_tokens.weight"]
+    header = parse_header(str(last))
+    tensors: Tensors = {n: (e.dtype, list(e.shape)) for n, e in header.entries.items()}
+    write_shard(last, {**tensors, "model.embed_tokens.weight": (embedding.dtype, list(embedding.shape))})
+
+
+def _link_outside(directory: Path) -> None:
+    outside = directory.parent.parent / "outside.safetensors"
+    os.replace(directory / V3_SHARDS[1], outside)
+    (directory / V3_SHARDS[1]).symlink_to(outside)
+
+
 DAMAGE = {
     "truncated shard": (lambda d: (d / V3_SHARDS[1]).write_bytes((d / V3_SHARDS[1]).read_bytes()[:-100]), "outside the file's"),
     "header length past the end": (
@@ -331,6 +371,9 @@ DAMAGE = {
     "a hole after the last tensor": (lambda d: _rewrite_header(d / V3_SHARDS[0], _hole), "after its last tensor"),
     "duplicate names": (lambda d: _rewrite_header(d / V3_SHARDS[2], _duplicate), "twice"),
     "missing shard": (lambda d: (d / V3_SHARDS[1]).unlink(), "missing"),
+    "an unknown dtype": (lambda d: _rewrite_header(d / V3_SHARDS[1], _unknown_dtype), "does not define"),
+    "a tensor in two shards": (_copy_in_two_shards, "more than one shard header"),
+    "a shard linking outside the roots": (_link_outside, "cannot be read within the server's roots"),
     "index names a missing tensor": (
         lambda d: (d / "model.safetensors.index.json").write_text(
             json.dumps({"weight_map": {**json.loads((d / "model.safetensors.index.json").read_text())["weight_map"],

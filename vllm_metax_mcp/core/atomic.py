@@ -51,15 +51,18 @@ def staged_directory(target: Path, *, replace: bool = False, tag: str = "") -> I
         )
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=scratch_prefix(target, tag), suffix=".partial", dir=target.parent))
+    retired: Path | None = None
     try:
         yield staging
         if target.exists():
-            retired = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent))
+            retired = Path(tempfile.mkdtemp(prefix=scratch_prefix(target, tag), suffix=".old", dir=target.parent))
             os.replace(target, retired / "old")
-            os.replace(staging, target)
-            shutil.rmtree(retired, ignore_errors=True)
-        else:
-            os.replace(staging, target)
+        os.replace(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
+        if retired is not None and (retired / "old").exists() and not target.exists():
+            os.replace(retired / "old", target)  # interrupted between the two renames: the old output comes back
+            shutil.rmtree(retired, ignore_errors=True)
         raise
+    if retired is not None:
+        shutil.rmtree(retired, ignore_errors=True)

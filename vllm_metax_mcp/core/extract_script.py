@@ -19,16 +19,19 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 
 PLAN_JSON = None  # trim_model embeds the plan here (a JSON string) in the extract.py it writes
 
 CHUNK_BYTES = 8 << 20
 MAX_HEADER_BYTES = 100 << 20
 INDEX_NAME = "model.safetensors.index.json"
-DTYPE_BYTES = {
-    "F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
-    "U64": 8, "U32": 4, "U16": 2, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1,
+DTYPE_BITS = {
+    "F64": 64, "F32": 32, "F16": 16, "BF16": 16, "I64": 64, "I32": 32, "I16": 16, "I8": 8,
+    "U64": 64, "U32": 32, "U16": 16, "U8": 8, "BOOL": 8, "F8_E4M3": 8, "F8_E5M2": 8, "F8_E8M0": 8,
+    "C64": 64, "F6_E2M3": 6, "F6_E3M2": 6, "F4": 4,
 }
+"""The dtypes safetensors defines, in bits per element (sub-byte types are packed)."""
 
 
 class HeaderError(ValueError):
@@ -77,13 +80,15 @@ def _entry(name, raw, data_size):
         or not 0 <= offsets[0] <= offsets[1] <= data_size
     ):
         raise HeaderError("entry %r has data offsets outside the file's %d data bytes" % (name, data_size))
-    width = DTYPE_BYTES.get(dtype)
+    bits = DTYPE_BITS.get(dtype)
+    if bits is None:
+        raise HeaderError("entry %r has dtype %r, which safetensors does not define" % (name, dtype))
     count = 1
     for dim in shape:
         count *= dim
-    if width is not None and offsets[1] - offsets[0] != count * width:
+    if (count * bits) % 8 or offsets[1] - offsets[0] != count * bits // 8:
         raise HeaderError(
-            "entry %r spans %d bytes, not %d for %s %s" % (name, offsets[1] - offsets[0], count * width, dtype, shape)
+            "entry %r spans %d bytes, not %s for %s %s" % (name, offsets[1] - offsets[0], count * bits / 8, dtype, shape)
         )
     return Entry(dtype, shape, offsets[0], offsets[1])
 
@@ -162,7 +167,7 @@ def copy_range(source_fd, source_offset, target_fd, target_offset, length):
     while done < length:
         chunk = os.pread(source_fd, min(CHUNK_BYTES, length - done), source_offset + done)
         if not chunk:
-            raise OSError("the source ended %d bytes early" % (length - done))
+            raise HeaderError("a source shard ended %d bytes early" % (length - done))
         written = 0
         while written < len(chunk):
             written += os.pwrite(target_fd, chunk[written:], target_offset + done + written)
@@ -232,8 +237,21 @@ def close_sources(sources):
 
 
 def extract(plan, source_dir, output_dir):
-    """Write every file of the plan into output_dir (which must not exist) and check each one's sha256."""
-    os.makedirs(output_dir)
+    """Write every file of the plan beside output_dir, check each one's sha256, then rename it into place:
+    output_dir appears whole or not at all."""
+    output_dir = os.path.abspath(output_dir)
+    if os.path.lexists(output_dir):
+        raise HeaderError("%s already exists; give a new OUTPUT_DIR" % os.path.basename(output_dir))
+    partial = tempfile.mkdtemp(prefix="." + os.path.basename(output_dir) + ".", suffix=".partial", dir=os.path.dirname(output_dir))
+    try:
+        _write_all(plan, source_dir, partial)
+        os.rename(partial, output_dir)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+
+
+def _write_all(plan, source_dir, output_dir):
     shards = plan["shards"]
     sources = open_sources(source_dir, sorted({item[1] for items in shards.values() for item in items}))
     try:
@@ -263,8 +281,12 @@ def main(argv):
     plan = json.loads(PLAN_JSON)
     try:
         extract(plan, argv[1], argv[2])
-    except (OSError, HeaderError) as exc:
+    except HeaderError as exc:
         print("error: %s" % exc, file=sys.stderr)
+        return 1
+    except OSError as exc:
+        where = " (%s)" % os.path.basename(exc.filename) if exc.filename else ""
+        print("error: %s%s" % (exc.strerror or type(exc).__name__, where), file=sys.stderr)
         return 1
     count = sum(len(items) for items in plan["shards"].values())
     print("wrote %d tensors in %d shards to %s; every file matches its recorded sha256" % (count, len(plan["shards"]), argv[2]))

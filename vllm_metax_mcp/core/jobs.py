@@ -66,16 +66,17 @@ class Jobs:
 
     # -- lifecycle -----------------------------------------------------------------------
 
-    def start(self, tool: str, target: str, args: dict[str, Any], scratch: list[tuple[str, str]] | None = None) -> JobHandle:
+    def start(self, tool: str, target: str, args: dict[str, Any], scratch: list[tuple[str, str, str]] | None = None) -> JobHandle:
         """Spawn a detached worker that runs `target` ("module:function") on `args`.
 
-        `scratch`: (directory, name prefix) pairs of what the worker may leave if it is killed; "{job}" in a
-        prefix becomes the job id. Stopping the job (cancel, or reaping a lost one) removes them.
+        `scratch`: (directory, name prefix, output name) of what the worker may leave if it is killed; "{job}"
+        in a prefix becomes the job id. Stopping the job (cancel, or reaping a lost one) removes them, after
+        putting back an output that was set aside for replacement (`<prefix>*.old/old`) if none took its place.
         """
         job_id = f"j-{uuid.uuid4().hex[:16]}"
         job_dir = self.store.path(f"jobs/{job_id}")
         job_dir.mkdir(parents=True)
-        leftovers = [(directory, prefix.replace("{job}", job_id)) for directory, prefix in scratch or []]
+        leftovers = [(directory, prefix.replace("{job}", job_id), output) for directory, prefix, output in scratch or []]
         self.store.write(
             f"jobs/{job_id}/spec.json", {"id": job_id, "tool": tool, "target": target, "args": args, "scratch": leftovers}
         )
@@ -151,10 +152,13 @@ class Jobs:
     def _remove_scratch(self, job_id: str) -> None:
         """What a stopped worker could not clean up itself (it was killed): its tagged temporary siblings."""
         spec = self.store.read(f"jobs/{job_id}/spec.json") or {}
-        for directory, prefix in spec.get("scratch") or []:
+        for directory, prefix, output in spec.get("scratch") or []:
             if job_id not in prefix:
                 continue  # only names carrying this job's id are ever removed
+            target = Path(directory) / output
             for path in Path(directory).glob(glob.escape(prefix) + "*"):
+                if path.name.endswith(".old") and (path / "old").is_dir() and not target.exists():
+                    os.replace(path / "old", target)
                 shutil.rmtree(path, ignore_errors=True)
 
     def _finish_if_open(self, job_id: str, state: str, **fields: Any) -> dict[str, Any]:

@@ -121,7 +121,9 @@ def _read_shards(directory: Path, names: list[str], policy: Policy, files: Check
         try:
             headers[name] = read_header(policy.readable(path))
         except ToolFailure as failure:
-            files.problems.append(("error", "shard_unreadable", f"shard {name}: {failure.message}"))
+            files.problems.append(
+                ("error", "shard_unreadable", f"shard {name} cannot be read within the server's roots ({failure.code.value}).")
+            )
         except HeaderError as exc:
             files.problems.append(("error", "bad_header", f"shard {name} {exc}; its tensors are not counted."))
         except OSError as exc:
@@ -133,11 +135,25 @@ def _read_shards(directory: Path, names: list[str], policy: Policy, files: Check
 def _merge(
     files: CheckpointFiles, weight_map: dict[str, str] | None, headers: dict[str, dict[str, Tensor]], on_disk: list[str]
 ) -> None:
-    """Tensors from headers, plus index-only names; disagreements between the two are problems."""
-    for tensors in headers.values():
+    """Tensors from headers, plus index-only names; disagreements between the two are problems. A name
+    in two shard headers is an error: which bytes a loader takes is then undecided (with an index,
+    the index's shard is the one kept)."""
+    owners: dict[str, list[str]] = {}
+    for shard, tensors in headers.items():
+        for tensor in tensors:
+            owners.setdefault(tensor, []).append(shard)
         files.tensors.update(tensors)
+    twice = sorted(t for t, shards in owners.items() if len(shards) > 1)
+    if twice:
+        example = ", ".join(f"{t} ({' and '.join(owners[t][:2])})" for t in twice[:3])
+        files.problems.append(
+            ("error", "tensor_in_two_shards", f"{len(twice)} tensors are in more than one shard header (e.g. {example}).")
+        )
     if weight_map is None:
         return
+    for tensor, shard in weight_map.items():
+        if tensor in headers.get(shard, {}):
+            files.tensors[tensor] = headers[shard][tensor]
     not_in_header: list[str] = []
     for tensor, shard in weight_map.items():
         if shard in headers:

@@ -171,8 +171,6 @@ def _write_weights(staging: Path, spec: dict[str, Any], reporter: _Reporter) -> 
     try:
         for shard, items in shards.items():
             write_shard(str(staging / shard), items, sources, reporter.add)
-    except HeaderError as exc:
-        raise _failure(f"the source changed since it was checked: {exc}; nothing was written.") from None
     finally:
         close_sources(sources)
     sized = {shard: [(item[0], item[5]) for item in items] for shard, items in shards.items()}
@@ -228,7 +226,9 @@ def _verify_shard(path: Path, items: list[Item], sources: dict[str, Any], report
             if entry.dtype != dtype or list(entry.shape) != list(shape) or entry.end - entry.begin != nbytes:
                 raise _failure(f"{target} was written as {entry.dtype} {list(entry.shape)}, its source is {dtype} {shape}.")
             source_fd, source_header = sources[shard]
-            source_entry = source_header.entries[source_name]
+            source_entry = source_header.entries.get(source_name)
+            if source_entry is None:
+                raise HeaderError(f"{source_name} is no longer in {shard}")
             if not _same_bytes(
                 fd,
                 header.data_start + entry.begin,
@@ -249,13 +249,17 @@ def _verify(staging: Path, spec: dict[str, Any], reporter: _Reporter) -> _Verifi
     shards: dict[str, list[Item]] = spec["shards"]
     reporter.start("verifying every tensor against its source")
     sources = open_sources(spec["source_dir"], sorted(spec["source_paths"]), spec["source_paths"])
+    pool = ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1, len(shards)))
     try:
-        with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1, len(shards))) as pool:
-            results = dict(
-                zip(shards, pool.map(lambda s: _verify_shard(staging / s, shards[s], sources, reporter), shards))
-            )
-    finally:
-        close_sources(sources)
+        futures = {s: pool.submit(_verify_shard, staging / s, shards[s], sources, reporter) for s in shards}
+        results = {shard: future.result() for shard, future in futures.items()}
+    except BaseException:
+        # a failure or cancellation drops the queued shards; the sources stay open for a shard still being
+        # compared (closing them could hand its descriptors to other files) until the worker exits
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    close_sources(sources)
     sha = {shard: digest for shard, (digest, _) in results.items()}
     sha[INDEX_NAME] = file_sha256(staging / INDEX_NAME)
     sha["config.json"] = file_sha256(staging / "config.json")
@@ -326,6 +330,7 @@ def _reproduce(staging: Path, target: Path, spec: dict[str, Any], expected: list
         )
         if proc.returncode != 0:
             detail = (proc.stderr.strip().splitlines() or ["no message"])[-1][:500]
+            detail = detail.replace(spec["source_dir"], "SOURCE_DIR").replace(str(scratch), "OUTPUT_DIR")
             raise _failure(f"the shipped {SCRIPT_NAME} failed on its own ({detail}); nothing was written.")
         written = sorted(p.name for p in out.iterdir())
         if written != sorted(expected):
@@ -377,6 +382,8 @@ def run_job(spec: dict[str, Any], progress: Any) -> dict[str, Any]:
     try:
         with staged_directory(target, replace=spec["overwrite"], tag=os.environ.get(JOB_MARKER_ENV, "")) as staging:
             result = _build(staging, target, spec, reporter)
+    except HeaderError as exc:
+        raise _failure(f"the source changed since it was checked ({exc}); nothing was written.") from None
     except OSError as exc:
         raise _failure(
             f"reading the source or writing the output failed ({exc.strerror or type(exc).__name__}); nothing was written."

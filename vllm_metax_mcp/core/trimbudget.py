@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .checkpoint import CheckpointReport
-from .extract_script import DTYPE_BYTES
 from .hfconfig import EXPERT_COUNT_KEYS, Layout, is_mtp_prefix, split_layer_name
 from .safetensors_index import CheckpointFiles
 from .trimplan import pp_partitions
@@ -94,9 +93,9 @@ def costs_from_tensors(files: CheckpointFiles, report: CheckpointReport, backbon
     layers: dict[int, Cost] = {}
     first, last = Cost(), Cost()
     for name, tensor in files.tensors.items():
-        if tensor.dtype is None or tensor.shape is None:
+        if tensor.dtype is None or tensor.shape is None or tensor.nbytes is None:
             return None
-        size = math.prod(tensor.shape) * DTYPE_BYTES.get(tensor.dtype, 2)
+        size = tensor.nbytes
         layer = _tensor_layer(name, report.backbone_prefix, backbone)
         target = layers.setdefault(layer, Cost()) if layer is not None else first if "embed" in name else last
         bucket = _bucket(name, tensor.shape)

@@ -259,7 +259,7 @@ def trim_model(args: TrimModelInput, env: ToolEnv) -> TrimModelOutput | JobHandl
     plan = make_plan(source, trim_request(args))
     if args.output_mode == "real":
         spec = real_trim_spec(args, env, evidence, source, plan, target)
-        return env.jobs.start(env.tool, REAL_TRIM_JOB, spec, scratch=[(str(target.parent), scratch_prefix(target, "{job}"))])
+        return env.jobs.start(env.tool, REAL_TRIM_JOB, spec, scratch=[(str(target.parent), scratch_prefix(target, "{job}"), target.name)])
     return _write_dummy(args, env, source, plan, PlanTrimOutput(**plan_output(args, env, evidence, plan)), target)
 
 
