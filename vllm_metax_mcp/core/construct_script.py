@@ -13,6 +13,7 @@ import logging
 import sys
 
 MARKER = "@@CONSTRUCT@@"
+STEP = "@@STEP@@"
 GENERAL_GROUP = "vllm.general_plugins"
 PLATFORM_GROUP = "vllm.platform_plugins"
 
@@ -183,6 +184,12 @@ def fallback_get_config(request, report):
         report["errors"]["get_config"] = short_error(exc)
 
 
+def step(text):
+    """Announce what comes next, so a crash (a signal from native code) can be placed."""
+    sys.stdout.write("\n" + STEP + text + "\n")
+    sys.stdout.flush()
+
+
 def main():
     request = json.loads(sys.stdin.read())
     report = {"errors": {}}
@@ -191,7 +198,9 @@ def main():
         logger = logging.getLogger(name)
         logger.addHandler(capture)
         logger.setLevel(logging.DEBUG)
+    step("building the transformers config")
     transformers_config(request, report)
+    step("importing vllm")
     try:
         import vllm
 
@@ -199,7 +208,9 @@ def main():
     except BaseException as exc:
         report["errors"]["vllm"] = short_error(exc)
     else:
+        step("loading vLLM's plugins and platform")
         plugins_and_platform(report, capture)
+        step("building vLLM's engine configs")
         try:
             engine_configs(request, report)
         except BaseException as exc:

@@ -4,12 +4,8 @@ review or upgrade runs against — probed once, confirmed once, reused while unc
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import signal
-import subprocess
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,20 +13,13 @@ from typing import Any
 
 from .errors import ErrorCode, ToolFailure, bad_input, not_found
 from .git import Repository, open_repository
+from .isolated import run_isolated
 from .policy import Policy, is_within, real
 from .results import digest
 from .state import StateStore
 from .subjects import Subject
 
-PROBE_TIMEOUT_S = 180
 PROBE_MARKER = "@@PROBE@@"
-HIDDEN_DEVICE_VARIABLES = (
-    "CUDA_VISIBLE_DEVICES",
-    "HIP_VISIBLE_DEVICES",
-    "ROCR_VISIBLE_DEVICES",
-    "MACA_VISIBLE_DEVICES",
-    "ZE_AFFINITY_MASK",
-)
 INSTRUCTION_FILE_NAMES = frozenset({"agents.md", "claude.md", "contributing.md", "copilot-instructions.md"})
 
 
@@ -54,84 +43,6 @@ def check_interpreter(python: str) -> Path:
     if not (candidate.is_file() and os.access(candidate, os.X_OK)):
         raise not_found(f"{python} is not an executable interpreter.")
     return candidate
-
-
-def isolated_env(pythonpath: list[Path] | None = None, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of a target-interpreter subprocess: devices hidden, no bytecode, no startup hooks."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONSTARTUP", "PYTHONINSPECT", "PYTHONPATH")}
-    env.update({name: "" for name in HIDDEN_DEVICE_VARIABLES})
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    if pythonpath:
-        env["PYTHONPATH"] = os.pathsep.join(str(p) for p in pythonpath)
-    env.update(extra or {})
-    return env
-
-
-def run_isolated(
-    python: Path,
-    script: str,
-    marker: str,
-    *,
-    what: str,
-    stdin: bytes | None = None,
-    pythonpath: list[Path] | None = None,
-    extra_env: dict[str, str] | None = None,
-    timeout_s: float = PROBE_TIMEOUT_S,
-) -> dict[str, Any]:
-    """Run `script` in the target interpreter from an empty directory, in its own process group
-    killed at the deadline, and return the JSON it printed after `marker`."""
-    env = isolated_env(pythonpath, extra_env)
-    with tempfile.TemporaryDirectory(prefix="vmm-probe-") as empty:
-        proc = subprocess.Popen(
-            [str(python), "-c", script],
-            cwd=empty,
-            env=env,
-            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            preexec_fn=die_with_parent,
-        )
-        try:
-            out, err = proc.communicate(input=stdin, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            raise ToolFailure(
-                ErrorCode.BLOCKED,
-                f"The {what} of {python} did not finish within {timeout_s:g} s (an import hangs); "
-                "check the interpreter by hand.",
-            ) from None
-        finally:
-            _kill_group(proc.pid)
-    text = out.decode(errors="replace")
-    found = text.rfind(marker)
-    if found < 0:
-        last = err.decode(errors="replace").strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
-        raise ToolFailure(ErrorCode.FAILED, f"The interpreter {python} could not run the {what}: {last[0]}")
-    try:
-        return json.loads((text[found + len(marker) :].strip().splitlines() or [""])[0])
-    except json.JSONDecodeError:
-        raise ToolFailure(ErrorCode.FAILED, f"The {what} in {python} printed an unreadable report; run it by hand to see why.") from None
-
-
-def die_with_parent() -> None:
-    """In the child before exec: be killed when the process that started us dies (Linux), so a
-    cancelled call whose worker process is killed leaves no probe running to its deadline."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _kill_group(pgid: int) -> None:
-    """Children the script left behind (a group of its own) do not outlive the call."""
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def run_probe(python: Path, store: StateStore, pythonpath: list[Path] | None = None) -> tuple[str, dict[str, Any]]:

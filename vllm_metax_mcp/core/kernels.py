@@ -21,7 +21,7 @@ from typing import Any
 
 from .codebase import Codebase, Ref
 from .dispatch import dotted
-from .environment import run_isolated
+from .isolated import ProbeDeath, ProbeDied, run_isolated
 from .factcache import FactCache
 from .pyindex import ModuleIndex
 from .results import digest
@@ -354,25 +354,40 @@ def _probe_key(python: Path, identity: str | None, request: dict[str, Any]) -> s
 def probe_ops(python: Path, store: StateStore, rows: list[OpRow], packages: list[str], identity: str | None) -> ProbeOutcome:
     """Ask the target interpreter which ops exist; fills `installed` and `schema` of each row.
 
-    A report is reused for the same interpreter, environment record and request.
+    A complete report is reused for the same interpreter, environment record and request. A probe
+    that dies (a signal, the deadline) is an answer too: what its last report held is kept, every
+    other op is unknown, and the gap says how it died and at which step.
     """
     modules = sorted({r.module for row in rows for r in row.registered_in if r.module})
     request = {"ops": [row.op for row in rows], "packages": packages, "modules": modules}
     key = f"cache/opprobe/{_probe_key(python, identity, request)}.json"
     cached = store.read(key)
     report = store.read(f"probes/{cached['probe_id']}.json") if cached else None
-    if report is None:
-        script = Path(__file__).with_name("op_probe_script.py").read_text()
+    if report is not None:
+        return ProbeOutcome(cached["probe_id"], _apply(rows, report["report"], python))
+    script = Path(__file__).with_name("op_probe_script.py").read_text()
+    died: ProbeDeath | None = None
+    try:
         body = run_isolated(
             python, script, PROBE_MARKER, what="op probe", stdin=json.dumps(request).encode(), timeout_s=OP_PROBE_TIMEOUT_S
         )
-        report = {"kind": "ops", "python": str(python), "request": request, "report": body}
-        probe_id = f"p-{digest(report)}"
-        store.write(f"probes/{probe_id}.json", report)
+    except ProbeDied as death:
+        died, body = death.death, death.partial or {}
+    report = {"kind": "ops", "python": str(python), "request": request, "report": body}
+    if died is not None:
+        report["died"] = {"cause": died.cause, "step": died.step}
+    probe_id = f"p-{digest(report)}"
+    store.write(f"probes/{probe_id}.json", report)
+    if died is None:
         store.write(key, {"probe_id": probe_id})
-    else:
-        probe_id = cached["probe_id"]
-    return ProbeOutcome(probe_id, _apply(rows, report["report"], python))
+    gaps = _apply(rows, body, python)
+    if died is not None:
+        for row in rows:
+            if not row.installed:
+                row.installed = None
+        kept = " (ops found before that are kept)" if any(row.installed for row in rows) else ""
+        gaps.insert(0, f"The target's kernels could not all be checked here: {died.sentence()}{kept}; every other op is unknown.")
+    return ProbeOutcome(probe_id, gaps)
 
 
 def _apply(rows: list[OpRow], report: dict[str, Any], python: Path) -> list[str]:

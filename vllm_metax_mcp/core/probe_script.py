@@ -14,7 +14,14 @@ MODULES = ("torch", "vllm", "vllm_metax", "transformers")
 PLUGIN_GROUPS = ("vllm.platform_plugins", "vllm.general_plugins")
 
 
+def step(text):
+    """Announce what comes next, so a crash (a signal from native code) can be placed."""
+    sys.stdout.write("\n@@STEP@@" + text + "\n")
+    sys.stdout.flush()
+
+
 def describe(name):
+    step("importing " + name)
     try:
         module = importlib.import_module(name)
     except BaseException as exc:  # an import may raise anything, SystemExit included
@@ -58,6 +65,7 @@ def main():
         "vllm_plugins_filter": os.environ.get("VLLM_PLUGINS"),
         "modules": {name: describe(name) for name in MODULES},
     }
+    step("reading installed distributions and vLLM plugins")
     try:
         report["distributions"] = distributions()
         report["plugins"] = plugins()

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from . import devices as devices_module
+from .isolated import describe_exit
 from .jobs import Stopped, stop_requested
 from .state import StateStore
 
@@ -464,7 +465,8 @@ class Run:
             elapsed = time.monotonic() - started
             if status is not None:
                 self.reasons.append(
-                    f"the server exited with status {status} after {elapsed:.0f} s, before /health answered; see log_tail and errors"
+                    f"the server ended ({describe_exit(status)}) after {elapsed:.0f} s, before /health answered; "
+                    "see log_tail and errors"
                 )
                 return False
             try:
