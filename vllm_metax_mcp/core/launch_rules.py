@@ -7,19 +7,58 @@ Rules:
   launcher sets itself (caches, ports, offline mode, device visibility, its own markers).
 * Serve arguments: only listed vLLM options; options the tool owns as typed inputs (model, port,
   parallelism, load format, ...) are refused with the input to use instead.
-* Every value that names a file (a path-looking value, or a path inside a JSON value) must be
-  readable under the server's roots — no media or model files from elsewhere.
+* Every value that could name a file must name one readable under the server's roots.
+
+Which values could name a file. Any string without NUL is a valid path name, so no value is
+"text" by its look (a `{`, a missing `./`): a value is judged by what the launched process could
+open with it. The smoke server runs with its working directory set to its run directory
+(`core/smoke.py`: `cwd=<state>/smoke/<run_id>`), created fresh for the run and holding only
+what the server itself writes there (its caches, log, report and the exported subject: plain
+directories and files, no symlinks). Each value has *readings*, the strings a consumer might
+open:
+
+* the value itself; for env values and strings inside JSON also each part of it read as a list
+  (split at `:`, `,`, `;`, `=` and whitespace: `a:b`, `KEY=value`), since a consumer may split
+  it so (a URL `https://host/x` thus reads `//host/x`, an absolute path, and is refused there);
+* JSON is walked recursively, every key and string leaf read as above (a string that itself
+  parses as a JSON object or array is walked too); env values that are JSON objects or arrays
+  likewise; numbers, booleans and null name nothing;
+* a `file:` URL also reads as its path (raw and percent-decoded; a host other than `localhost`
+  is refused); a leading `~` also reads home-expanded.
+
+A reading that is absolute (or becomes absolute that way) is a path: it must pass
+`policy.readable` (inside the read roots after resolving symlinks), else `outside_roots`. A
+relative reading resolves against the run directory, lexically normalised (exact there, since
+nothing in it is a symlink; conservative elsewhere, since no missing directory can be climbed
+through). If it climbs out of the run directory (`../x`, `tmp/../../x`) it
+could name any file and is refused (`outside_roots`); if it is spelt as an explicit relative path
+(`./x`, `.`) it is refused (`bad_input`: the caller means a file, and it would be looked up in
+the run directory, so pass an absolute path). Every other relative reading stays inside the run
+directory, where it can name nothing but the server's own files: that, precisely, is *text* (a
+hub id like `Qwen/Qwen3-0.6B`, `auto`, `float16`, `3`, an inline Jinja template). NUL is refused.
+
+File options (`--tokenizer`, `--chat-template`, ...) are rewritten where they name a file, since
+the launched server would look relative paths up in its run directory: a value spelt as a path
+(absolute, `~`, `file:`, `./`, `../`), or a bare relative one naming an existing entry under the
+first root, must pass `policy.readable` (relative ones against the first root, so `tmp/../../x`
+or a symlink leading out is refused) and is passed as that resolved absolute path. Any other
+value is passed unchanged and read as above (a hub id, an inline template); vLLM's keywords
+(`--generation-config auto|vllm`) name no file. Messages quote the caller's spelling, never a
+resolved path.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import posixpath
 import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
-from .errors import bad_input
+from .errors import ErrorCode, ToolFailure, bad_input
 
 Readable = Callable[[str], Path]
 
@@ -44,19 +83,116 @@ ENV_DENIED_PATTERN = re.compile(r"^(LD_|DYLD_|PYTHON|BASH_|VLLM_METAX_MCP_)|PREL
 _NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 
 
-def _looks_like_path(value: str) -> bool:
-    return value.startswith(("/", "~", "./", "../", "file:")) or value in (".", "..")
+# -- values that could name a file -----------------------------------------------------------
+
+_LIST_SPLIT = re.compile(r"[:,;=\s]")
+_FILE_URL = re.compile(r"^file:", re.IGNORECASE)
+_JSON_START = ("{", "[")
 
 
-def _check_path_value(value: str, where: str, readable: Readable) -> Path:
-    path = value[len("file://") :] if value.startswith("file://") else value[len("file:") :] if value.startswith("file:") else value
-    if not Path(path).expanduser().is_absolute():
-        raise bad_input(f"{where} names {value!r}: use an absolute path (the server runs in its own directory).")
-    return readable(path)  # refuses with outside_roots
+def _shown(reading: str, limit: int = 200) -> str:
+    """The caller's spelling, quoted (cut short when long, e.g. an inline template)."""
+    return repr(reading) if len(reading) <= limit else repr(reading[:limit]) + "..."
+
+
+def _outside(where: str, reading: str, how: str = "") -> ToolFailure:
+    return ToolFailure(
+        ErrorCode.OUTSIDE_ROOTS,
+        f"{where} names {_shown(reading)}{how}, which is outside the server's roots; a value that could name a file "
+        "must name one under the roots (start the server with --root covering it).",
+    )
+
+
+def _forms(reading: str, where: str) -> list[tuple[str, str]]:
+    """(string a consumer could open, how it came from the reading): the reading itself, a file
+    URL's path (raw and percent-decoded), the home-expanded form."""
+    forms = [(reading, "")]
+    if _FILE_URL.match(reading):
+        rest = reading[len("file:") :]
+        if rest.startswith("//"):
+            host, slash, tail = rest[2:].partition("/")
+            if host.lower() not in ("", "localhost"):
+                raise bad_input(f"{where} names {_shown(reading)}, a file URL on host {_shown(host)}; only local files under the roots are allowed.")
+            rest = slash + tail
+        forms += [(rest, " (as a file URL)"), (unquote(rest), " (as a file URL)")]
+    for text, how in list(forms):
+        if text.startswith("~") and os.path.expanduser(text) != text:
+            forms.append((os.path.expanduser(text), how or " (with ~ expanded)"))
+    return forms
+
+
+def _check_reading(reading: str, where: str, readable: Readable) -> None:
+    """Refuse a reading that could name a file outside the roots (see the module docstring)."""
+    if "\0" in reading:
+        raise bad_input(f"{where} contains a NUL byte.")
+    for form, how in _forms(reading, where):
+        if not form:
+            continue
+        if os.path.isabs(form):
+            try:
+                readable(form)
+            except ToolFailure as failure:
+                raise _outside(where, reading, how) from failure
+            continue
+        normal = posixpath.normpath(form)
+        if normal == ".." or normal.startswith("../"):
+            raise ToolFailure(
+                ErrorCode.OUTSIDE_ROOTS,
+                f"{where} names {_shown(reading)}{how}, a relative path that climbs out of the smoke server's working "
+                "directory (a fresh run directory the server creates), so it could name any file; pass a path "
+                "under the roots instead.",
+            )
+        if form == "." or form.startswith("./"):
+            raise bad_input(
+                f"{where} names {_shown(reading)}{how}, a relative path; the smoke server runs in its own fresh "
+                "directory, so pass an absolute path under the roots."
+            )
+
+
+def _readings(value: str, lists: bool) -> list[str]:
+    if not lists:
+        return [value]
+    return [value, *(part for part in _LIST_SPLIT.split(value) if part and part != value)]
+
+
+def _check_text(value: str, where: str, readable: Readable, lists: bool) -> None:
+    for reading in _readings(value, lists):
+        part = "" if reading == value else " (part of its value read as a list)"
+        _check_reading(reading, where + part, readable)
+
+
+def _load_json(text: str, where: str) -> tuple[bool, Any]:
+    """(parsed, value): JSON when the text is JSON, else the text itself."""
+    try:
+        return True, json.loads(text)
+    except RecursionError:
+        raise bad_input(f"{where} holds JSON nested too deeply.") from None
+    except ValueError:
+        return False, text
+
+
+def _check_json(value: Any, where: str, readable: Readable) -> None:
+    """Every key and string leaf of a JSON value, walked without recursion."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, at = stack.pop()
+        label = f"{where} at {at}" if at else where
+        if isinstance(item, dict):
+            for key, child in item.items():
+                _check_text(str(key), f"{label} (a key)", readable, lists=True)
+                stack.append((child, f"{at}[{json.dumps(key)}]"))
+        elif isinstance(item, list):
+            stack.extend((child, f"{at}[{index}]") for index, child in enumerate(item))
+        elif isinstance(item, str):
+            _check_text(item, label, readable, lists=True)
+            if item.lstrip().startswith(_JSON_START):
+                parsed, inner = _load_json(item, label)
+                if parsed and isinstance(inner, (dict, list)):
+                    stack.append((inner, at + " (its JSON)"))
 
 
 def check_env(env: dict[str, str], readable: Readable) -> dict[str, str]:
-    """The caller's variables, if every name is allowed and every path-like value is readable."""
+    """The caller's variables, if every name is allowed and no value could name a file outside the roots."""
     for name, value in env.items():
         if not _NAME.match(name):
             raise bad_input(f"env name {name!r} is not a plain upper-case variable name.")
@@ -72,15 +208,17 @@ def check_env(env: dict[str, str], readable: Readable) -> dict[str, str]:
             )
         if "\0" in value or "\n" in value:
             raise bad_input(f"env {name} contains a NUL or newline.")
-        for part in re.split(r"[:,;]", value) if not value.startswith("file:") else [value]:
-            if _looks_like_path(part):
-                _check_path_value(part, f"env {name}", readable)
+        _check_text(value, f"env {name}", readable, lists=True)
+        if value.lstrip().startswith(_JSON_START):
+            parsed, loaded = _load_json(value, f"env {name}")
+            if parsed:
+                _check_json(loaded, f"env {name}", readable)
     return dict(env)
 
 
 # -- serve arguments -------------------------------------------------------------------------
 
-FLAG, VALUE, PATH, JSON, PATH_OR_TEXT = "flag", "value", "path", "json", "path_or_text"
+FLAG, VALUE, FILE, JSON = "flag", "value", "file", "json"
 
 SERVE_ARGS: dict[str, str] = {
     # switches
@@ -128,13 +266,13 @@ SERVE_ARGS: dict[str, str] = {
     "--max-num-partial-prefills": VALUE,
     "--data-parallel-size-local": VALUE,
     "--data-parallel-backend": VALUE,
-    # files (must be readable under the roots)
-    "--tokenizer": PATH,
-    "--allowed-local-media-path": PATH,
-    "--hf-config-path": PATH,
-    "--chat-template": PATH_OR_TEXT,
-    "--generation-config": PATH_OR_TEXT,
-    # JSON values (paths inside them are checked too)
+    # files, or text (a hub id, an inline template, a keyword): see the module docstring
+    "--tokenizer": FILE,
+    "--allowed-local-media-path": FILE,
+    "--hf-config-path": FILE,
+    "--chat-template": FILE,
+    "--generation-config": FILE,
+    # JSON values (every string inside is read too)
     "--hf-overrides": JSON,
     "--override-generation-config": JSON,
     "--limit-mm-per-prompt": JSON,
@@ -166,23 +304,44 @@ OWNED_ARGS: dict[str, str] = {
 OWNED_VALUELESS = frozenset({"--enable-expert-parallel", "--trust-remote-code"})
 
 
-def _json_paths(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [value] if _looks_like_path(value) else []
-    if isinstance(value, dict):
-        return [p for v in value.values() for p in _json_paths(v)]
-    if isinstance(value, list):
-        return [p for v in value for p in _json_paths(v)]
-    return []
+# vLLM's own keywords for a file option: never opened as files.
+FILE_KEYWORDS: dict[str, frozenset[str]] = {"--generation-config": frozenset({"auto", "vllm"})}
 
 
 def check_json_value(text: str, where: str, readable: Readable) -> Any:
+    """A JSON-valued option's value (or its text, when it is not JSON: `-O 3`; vLLM decides), if no
+    string in it could name a file outside the roots."""
+    parsed, value = _load_json(text, where)
+    if parsed:
+        _check_json(value, where, readable)
+    else:
+        _check_text(text, where, readable, lists=True)
+    return value
+
+
+def _spelt_as_path(value: str) -> bool:
+    """Absolute, home-relative, a file URL, or explicitly relative: the caller means a file."""
+    return (os.path.isabs(value) or value.startswith(("~", "./", "../")) or value in (".", "..")
+            or bool(_FILE_URL.match(value)))
+
+
+def _check_file_option(name: str, value: str, readable: Readable) -> str:
+    """The word to pass for a file option: the resolved file under the roots, or the text unchanged."""
+    where = f"serve argument {name}"
+    if value in FILE_KEYWORDS.get(name, ()):
+        return value
+    if _spelt_as_path(value):
+        forms = [form for form, _ in _forms(value, where)]
+        target = next((f for f in reversed(forms) if os.path.isabs(f)), forms[-1])
+    else:
+        target = value
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        value = text  # e.g. `-O 3`; vLLM decides
-    for path in _json_paths(value):
-        _check_path_value(path, where, readable)
+        resolved = readable(target)  # relative: against the first root
+    except ToolFailure as failure:
+        raise _outside(where, value) from failure
+    if _spelt_as_path(value) or os.path.lexists(resolved):
+        return str(resolved)
+    _check_text(value, where, readable, lists=False)  # passed unchanged: read from the run directory
     return value
 
 
@@ -213,10 +372,12 @@ def split_args(args: list[str]) -> list[tuple[str, str | None]]:
 
 
 def check_serve_args(args: list[str], readable: Readable) -> list[str]:
-    """The caller's extra serve arguments, if every option is allowed and every file readable.
+    """The caller's extra serve arguments, if every option is allowed and no value could name a
+    file outside the roots.
 
-    Returned as `--option=value` words, file values resolved to absolute paths (the server runs
-    in its own directory, so a relative path would mean something else there).
+    Returned as `--option=value` words; a file option naming a file under the roots is resolved to
+    its absolute path (the server runs in its own directory, so a relative path would mean
+    something else there).
     """
     checked: list[str] = []
     for name, value in split_args(args):
@@ -235,12 +396,12 @@ def check_serve_args(args: list[str], readable: Readable) -> list[str]:
         assert value is not None
         if "\0" in value or "\n" in value:
             raise bad_input(f"serve argument {name} contains a NUL or newline.")
-        is_text = kind == PATH_OR_TEXT and ("{" in value or value in ("auto", "vllm"))
-        if kind == PATH or (kind == PATH_OR_TEXT and not is_text):
-            resolved = readable(value if Path(value).expanduser().is_absolute() else str(Path(value)))
-            value = str(resolved)
+        if kind == FILE:
+            value = _check_file_option(name, value, readable)
         elif kind == JSON:
             check_json_value(value, f"serve argument {name}", readable)
+        else:
+            _check_text(value, f"serve argument {name}", readable, lists=False)
         checked.append(f"{name}={value}")
     return checked
 
