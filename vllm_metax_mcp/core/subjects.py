@@ -130,6 +130,11 @@ def read_blobs(repo: Repository, shas: list[str]) -> dict[str, bytes]:
     for sha in unique:
         header_end = raw.index(b"\n", offset)
         header = raw[offset:header_end].decode().split()
+        if len(header) == 2 and header[1] == "missing":
+            raise not_found(
+                f"git object {sha} is missing from the repository (a partial or shallow clone?); the server never "
+                "fetches missing objects: fetch it yourself, or use a full clone."
+            )
         if len(header) < 3 or header[1] != "blob":
             raise ToolFailure(ErrorCode.FAILED, f"git object {sha} is not a readable blob.")
         size = int(header[2])
