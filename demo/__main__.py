@@ -112,7 +112,8 @@ async def drive(paths: dict[str, Path], state: Path) -> None:
     command = [str(script)] if script.exists() else [sys.executable, "-m", "vllm_metax_mcp"]
     params = StdioServerParameters(
         command=command[0],
-        args=[*command[1:], "serve", "--root", str(paths["plugin"].parent), "--state-dir", str(state)],
+        # --python: the interpreter the server may run (probes, smoke tests); here the demo's own
+        args=[*command[1:], "serve", "--root", str(paths["plugin"].parent), "--state-dir", str(state), "--python", sys.executable],
     )
     async with Client(params) as client:
         tools = await client.list_tools()

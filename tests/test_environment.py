@@ -23,7 +23,8 @@ from workbench import git
 
 @pytest.fixture()
 def workspace(tmp_path: Path) -> dict[str, Path]:
-    plugin, upstream = tmp_path / "plugin", tmp_path / "upstream"
+    root = tmp_path / "ws"  # the state lies outside the read root, as review mode requires
+    plugin, upstream = root / "plugin", root / "upstream"
     (plugin / "vllm_metax").mkdir(parents=True)
     (plugin / "vllm_metax/__init__.py").write_text("__version__ = 'reviewed'\n")
     (plugin / "AGENTS.md").write_text("rules\n")
@@ -39,7 +40,7 @@ def workspace(tmp_path: Path) -> dict[str, Path]:
         git(upstream, "add", "-A")
         git(upstream, "commit", "-qm", release)
         git(upstream, "tag", release)
-    return {"root": tmp_path, "plugin": plugin, "upstream": upstream, "state": tmp_path / "state"}
+    return {"root": root, "plugin": plugin, "upstream": upstream, "state": tmp_path / "state"}
 
 
 def make_venv(path: Path, pth_target: Path | None = None) -> Path:
@@ -51,15 +52,17 @@ def make_venv(path: Path, pth_target: Path | None = None) -> Path:
     return path / "bin" / "python"
 
 
-def call(ws: dict[str, Path], arguments: dict[str, Any], mode: str = "edit", answer: str = "not_asked") -> Any:
-    runtime = Runtime.create([str(ws["root"])], mode=mode, state_dir=str(ws["state"]))
+def call(
+    ws: dict[str, Path], arguments: dict[str, Any], mode: str = "edit", answer: str = "not_asked", interpreters: list[str] | None = None
+) -> Any:
+    runtime = Runtime.create([str(ws["root"])], mode=mode, state_dir=str(ws["state"]), interpreters=interpreters)
     env = ToolEnv(runtime=runtime, tool="environment", user_answer=answer)  # type: ignore[arg-type]
     return anyio.run(lambda: invoke(environment_tool.SPEC, {"plugin_repo": "plugin", **arguments}, env))
 
 
 def establish(ws: dict[str, Path], python: Path, target: str = "v1", mode: str = "edit", **extra: Any) -> Any:
     arguments = {"action": "establish", "upstream": "upstream", "target": target, "python": str(python), **extra}
-    return call(ws, arguments, mode=mode)
+    return call(ws, arguments, mode=mode, interpreters=[str(python)] if mode == "review" else None)
 
 
 def test_bare_interpreter_reports_import_errors_not_a_crash(workspace: dict[str, Path]) -> None:
@@ -69,6 +72,7 @@ def test_bare_interpreter_reports_import_errors_not_a_crash(workspace: dict[str,
     assert result.runtime_source == "not_importable"
     assert result.instruction_files == ["AGENTS.md", "docs/developer_guide.md"]
     assert result.probe_id.startswith("p-") and not result.confirmed
+    assert result.python_accepted == "inside_roots"  # edit mode: a venv inside the read root
 
 
 def test_runtime_source_tells_the_reviewed_repository_from_another_copy(workspace: dict[str, Path]) -> None:
@@ -155,7 +159,7 @@ def test_review_mode_leaves_the_repository_byte_identical(workspace: dict[str, P
     before = snapshot()
     python = make_venv(workspace["root"] / "venv", pth_target=plugin)
     for subject in ("installed", "worktree", "index"):
-        establish(workspace, python, mode="review", subject=subject)
+        assert establish(workspace, python, mode="review", subject=subject).python_accepted == "operator"
     call(workspace, {"action": "confirm", "upstream": "upstream", "target": "v1"}, mode="review")
     call(workspace, {"action": "show"}, mode="review")
     assert snapshot() == before

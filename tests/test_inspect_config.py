@@ -212,26 +212,29 @@ def glm5_tensors(config: dict[str, Any]) -> Tensors:
 # -- calling the tool ----------------------------------------------------------------------------
 
 
-def runtime(root: Path, mode: str = "edit", state: Path | None = None) -> Runtime:
-    return Runtime.create([str(root)], mode=mode, state_dir=str(state or root / ".state"))
+def runtime(root: Path, mode: str = "edit", state: Path | None = None, python: str | Path | None = None) -> Runtime:
+    """State beside the root, not in it (a review-mode server refuses a state directory inside a read root);
+    `python`: an interpreter the operator allows (outside the roots, like the CPU vLLM's)."""
+    return Runtime.create([str(root)], mode=mode, state_dir=str(state or root.parent / f"{root.name}.state"),
+                          interpreters=[str(python)] if python else None)
 
 
 def established_plugin(root: Path, python: Path) -> Runtime:
-    """A plugin repository `root/plugin` with an environment record for `python` (state in root/.state)."""
+    """A plugin repository `root/plugin` with an environment record for `python` (state beside root)."""
     plugin = root / "plugin"
     (plugin / "vllm_metax").mkdir(parents=True)
     (plugin / "vllm_metax/__init__.py").write_text("")
     git(root, "init", "-q", str(plugin))
     git(plugin, "add", "-A")
     git(plugin, "commit", "-qm", "plugin")
-    rt = runtime(root)
+    rt = runtime(root, python=python)
     establish = {"plugin_repo": "plugin", "action": "establish", "python": str(python)}
     anyio.run(lambda: invoke(environment_tool.SPEC, establish, ToolEnv(runtime=rt, tool="environment")))
     return rt
 
 
 def inspect(root: Path, arguments: dict[str, Any], mode: str = "edit", state: Path | None = None) -> tool.InspectConfigOutput:
-    env = ToolEnv(runtime=runtime(root, mode, state), tool="inspect_config")
+    env = ToolEnv(runtime=runtime(root, mode, state, arguments.get("python")), tool="inspect_config")
     return anyio.run(lambda: invoke(tool.SPEC, {"construct": False, **arguments}, env))
 
 

@@ -49,7 +49,8 @@ def _isolated_hf_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def runtime(root: Path, mode: str = "edit") -> Runtime:
-    return Runtime.create([str(root)], mode=mode, state_dir=str(root / ".state"))
+    # beside the root: a review-mode server refuses a state directory inside a read root
+    return Runtime.create([str(root)], mode=mode, state_dir=str(root.parent / f"{root.name}.state"))
 
 
 def plan(root: Path, arguments: dict[str, Any], rt: Runtime | None = None) -> tool.PlanTrimOutput:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from helpers import git, make_repo
-from vllm_metax_mcp.core.atomic import staged_directory, write_bytes_atomic
+from vllm_metax_mcp.core.atomic import EXPORT_MARKER, staged_directory, write_bytes_atomic
 from vllm_metax_mcp.core.errors import ErrorCode, ToolFailure
 from vllm_metax_mcp.core.git import open_repository
 from vllm_metax_mcp.core.policy import Policy
@@ -21,6 +21,13 @@ pytestmark = pytest.mark.timeout(60)
 def _isolated_hf_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The HF cache is readable by design; keep it somewhere that no test path falls under.
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+
+
+def earlier_output(target: Path) -> Path:
+    """A directory this server wrote before: it carries the export marker."""
+    target.mkdir(parents=True)
+    (target / EXPORT_MARKER).write_text('{\n  "format": "vllm-metax-mcp/export/1",\n  "tool": "export_snapshot"\n}\n')
+    return target
 
 
 def refused(code: ErrorCode, fn, *args) -> ToolFailure:
@@ -164,8 +171,7 @@ def test_staged_directory_failure_leaves_no_target_and_no_temp_sibling(tmp_path:
 
 def test_staged_directory_replace_keeps_old_content_on_failure(tmp_path: Path) -> None:
     parent = tmp_path / "out"
-    target = parent / "model"
-    target.mkdir(parents=True)
+    target = earlier_output(parent / "model")
     (target / "old.txt").write_text("old")
 
     with pytest.raises(ToolFailure) as info:
@@ -178,7 +184,7 @@ def test_staged_directory_replace_keeps_old_content_on_failure(tmp_path: Path) -
             (staging / "new.txt").write_text("new")
             raise RuntimeError("boom")
     assert sorted(os.listdir(parent)) == ["model"]
-    assert sorted(os.listdir(target)) == ["old.txt"]
+    assert sorted(os.listdir(target)) == [EXPORT_MARKER, "old.txt"]
 
     with staged_directory(target, replace=True) as staging:
         (staging / "new.txt").write_text("new")
@@ -189,8 +195,7 @@ def test_staged_directory_replace_keeps_old_content_on_failure(tmp_path: Path) -
 def test_staged_directory_interrupted_between_its_renames_puts_the_old_output_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    target = tmp_path / "model"
-    target.mkdir()
+    target = earlier_output(tmp_path / "model")
     (target / "old.txt").write_text("old")
     real_replace = os.replace
     calls = []
@@ -207,7 +212,7 @@ def test_staged_directory_interrupted_between_its_renames_puts_the_old_output_ba
             (staging / "new.txt").write_text("new")
     monkeypatch.setattr(os, "replace", real_replace)
     assert sorted(os.listdir(tmp_path)) == ["model"]
-    assert sorted(os.listdir(target)) == ["old.txt"]
+    assert sorted(os.listdir(target)) == [EXPORT_MARKER, "old.txt"]
 
 
 def test_write_bytes_atomic_failure_leaves_old_file_and_no_temp(tmp_path: Path) -> None:

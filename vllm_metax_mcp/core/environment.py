@@ -4,8 +4,6 @@ review or upgrade runs against — probed once, confirmed once, reused while unc
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +11,7 @@ from typing import Any
 
 from .errors import ErrorCode, ToolFailure, bad_input, not_found
 from .git import Repository, open_repository
+from .interpreters import AcceptedInterpreter, Interpreters, Source
 from .isolated import run_isolated
 from .policy import Policy, is_within, real
 from .results import digest
@@ -26,23 +25,11 @@ INSTRUCTION_FILE_NAMES = frozenset({"agents.md", "claude.md", "contributing.md",
 # -- the probe -------------------------------------------------------------------------------
 
 
-def default_python() -> str:
-    found = shutil.which("python3") or shutil.which("python")
-    if not found:
-        raise not_found("No python on PATH; pass python (the interpreter that runs vLLM).")
-    return found
-
-
-def check_interpreter(python: str) -> Path:
-    candidate = Path(os.path.expanduser(python))
-    if not candidate.is_absolute():
-        located = shutil.which(python)
-        if not located:
-            raise not_found(f"{python} is not on PATH; pass the interpreter's absolute path.")
-        candidate = Path(located)
-    if not (candidate.is_file() and os.access(candidate, os.X_OK)):
-        raise not_found(f"{python} is not an executable interpreter.")
-    return candidate
+def check_interpreter(python: str, policy: Policy, interpreters: Interpreters, source: Source = "override") -> AcceptedInterpreter:
+    """The interpreter chokepoint: the operator's allowed set (core/interpreters.py) decides, for the
+    policy's mode and roots, whether `python` may run when `source` asks ("override": a tool's python
+    argument; "establish"; "record": an environment record). Returns the path to run and the reason."""
+    return interpreters.accept(policy, python, source)
 
 
 def run_probe(python: Path, store: StateStore, pythonpath: list[Path] | None = None) -> tuple[str, dict[str, Any]]:

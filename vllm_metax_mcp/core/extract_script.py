@@ -119,7 +119,7 @@ def parse_header(path):
         raw = handle.read(length)
     try:
         document = json.loads(raw, object_pairs_hook=_no_duplicates)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         if isinstance(exc, HeaderError):
             raise
         raise HeaderError("header is not valid JSON (%s)" % exc) from None

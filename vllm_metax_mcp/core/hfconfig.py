@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import bad_input, not_found
+from .policy import FileTooLarge, Policy
+from .safe_load import load_json_bounded
 
 CONFIG_NAME = "config.json"
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
@@ -64,16 +66,20 @@ MEANING_KINDS: dict[str, tuple[str, ...]] = {
 # -- reading -----------------------------------------------------------------------------------
 
 
-def load_config(directory: Path) -> dict[str, Any]:
-    """The parsed `config.json` of a model directory, or an error that says what is wrong."""
+def load_config(directory: Path, policy: Policy) -> dict[str, Any]:
+    """The parsed `config.json` of a model directory, or an error that says what is wrong. It is read
+    through the policy: a config.json (or hub-cache snapshot link) leading outside the readable places
+    is refused with outside_roots, whether or not its target exists."""
     path = directory / CONFIG_NAME
-    if not path.is_file():
+    if not path.is_file() and not path.is_symlink():
         raise not_found(f"No {CONFIG_NAME} in the model directory; pass the directory that holds the checkpoint's {CONFIG_NAME}.")
-    size = path.stat().st_size
-    if size > MAX_CONFIG_BYTES:
-        raise bad_input(f"{CONFIG_NAME} is {size} bytes, more than a config can reasonably be; check the file.")
+    policy.readable(path)
+    if not path.is_file():
+        raise not_found(f"{CONFIG_NAME} in the model directory is a dangling link; restore the file it points to.")
     try:
-        data = json.loads(path.read_bytes())
+        data = load_json_bounded(policy.read_bytes(path, max_bytes=MAX_CONFIG_BYTES), CONFIG_NAME)
+    except FileTooLarge as exc:
+        raise bad_input(f"{CONFIG_NAME} is {exc.size} bytes, more than a config can reasonably be; check the file.") from None
     except json.JSONDecodeError as exc:
         raise bad_input(
             f"{CONFIG_NAME} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); fix the file."

@@ -2,16 +2,34 @@
 
 Containment is decided on resolved paths, component by component, so `/allowed-evil` is not
 inside `/allowed` and a symlink cannot lead out of a root.
+
+Three rules live here and nowhere else:
+
+- every file the server reads is checked after resolution (`readable`, `read_bytes`,
+  `readable_entries` for a directory another process will read), so a symlink — the file itself,
+  a parent directory, a hub-cache snapshot link — never leads outside the readable places;
+- an output may replace an existing path only when that path is an earlier output of this server
+  and is not, does not contain and does not lie above a git repository, a read root, a protected
+  path or the state directory (`writable(..., overwrite=True)`, with `atomic.check_replaceable`);
+- a path in a message is the caller's own spelling or root-relative (`display`), never a resolved
+  absolute path the caller did not give.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
+import stat
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
+from typing import BinaryIO
 
+from .atomic import check_replaceable
 from .errors import ErrorCode, ToolFailure
+
+HF_CACHE_LABEL = "<hf-cache>"
 
 
 class Mode(str, Enum):
@@ -36,6 +54,14 @@ def is_within(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
+class FileTooLarge(ValueError):
+    """`Policy.read_bytes` met a file larger than the caller's limit (nothing was read)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(f"{size} bytes")
+        self.size = size
+
+
 @dataclass
 class Policy:
     """Read roots, output roots, protected paths and the mode of one server."""
@@ -45,6 +71,10 @@ class Policy:
     mode: Mode = Mode.EDIT
     readable_extra: list[Path] = field(default_factory=list)
     protected: list[Path] = field(default_factory=list)
+    labels: dict[Path, str] = field(default_factory=dict)
+    """How a readable-only place is named in messages (`<hf-cache>`, `<site-packages>`)."""
+    state_dir: Path | None = None
+    """The server's own state directory: never an output, never replaced."""
 
     @classmethod
     def create(
@@ -59,17 +89,23 @@ class Policy:
                 raise ToolFailure(ErrorCode.BAD_INPUT, f"Root {root} is not a directory; pass an existing directory to --root.")
         outputs = [real(r) for r in output_roots] if output_roots else list(resolved)
         policy = cls(roots=resolved, output_roots=outputs, mode=Mode(mode))
-        policy.allow_read(hf_cache_dir())
+        policy.allow_read(hf_cache_dir(), label=HF_CACHE_LABEL)
         return policy
 
     # -- registration of readable-only and protected places -------------------------------
 
-    def allow_read(self, path: str | os.PathLike[str]) -> None:
+    def allow_read(self, path: str | os.PathLike[str], label: str | None = None) -> None:
         """A readable place that is never writable (site-packages, the HF cache)."""
         resolved = real(path)
         if resolved not in self.readable_extra:
             self.readable_extra.append(resolved)
+        self.labels.setdefault(resolved, label or f"<{resolved.name or 'readable place'}>")
         self.protect(resolved)
+
+    def protect_state(self, path: str | os.PathLike[str]) -> None:
+        """The server's state directory: no output goes into it, contains it or replaces it."""
+        self.state_dir = real(path)
+        self.protect(self.state_dir)
 
     def protect(self, path: str | os.PathLike[str]) -> None:
         """Never write into this tree (upstream source, site-packages, a source checkpoint)."""
@@ -86,31 +122,147 @@ class Policy:
         raw = Path(os.path.expanduser(os.fspath(path)))
         return raw if raw.is_absolute() else self.base() / raw
 
+    def display(self, path: str | os.PathLike[str]) -> str:
+        """A path for a message: the caller's own spelling when relative, else relative to the root (or
+        readable place) holding it — never a resolved absolute path the caller did not give. Only an
+        absolute path outside every known place is shown as it is, since only a caller can have spelled it."""
+        text = os.fspath(path)
+        if not os.path.isabs(text):
+            return text
+        lexical = Path(os.path.normpath(text))
+        candidates = [lexical]
+        try:
+            candidates.append(real(lexical.parent) / lexical.name if lexical.name else real(lexical))
+            candidates.append(real(lexical))
+        except (OSError, ValueError):
+            pass
+        for candidate in candidates:
+            shown = self._place_relative(candidate)
+            if shown is not None:
+                return shown
+        return text
+
+    def _place_relative(self, path: Path) -> str | None:
+        for index, root in enumerate(self.roots):
+            if is_within(path, root):
+                relative = path.relative_to(root).as_posix()
+                if index == 0:
+                    return relative
+                return root.name if relative == "." else f"{root.name}/{relative}"
+        for root in self.output_roots:
+            if is_within(path, root):
+                relative = path.relative_to(root).as_posix()
+                return root.name if relative == "." else f"{root.name}/{relative}"
+        for place in self.readable_extra:
+            if is_within(path, place):
+                relative = path.relative_to(place).as_posix()
+                label = self.labels.get(place, "<readable place>")
+                return label if relative == "." else f"{label}/{relative}"
+        if self.state_dir is not None and is_within(path, self.state_dir):
+            relative = path.relative_to(self.state_dir).as_posix()
+            return "<state>" if relative == "." else f"<state>/{relative}"
+        return None
+
     def readable(self, path: str | os.PathLike[str]) -> Path:
-        """Resolve a path a tool will read; refuse anything outside the read roots."""
+        """Resolve a path a tool will read; refuse anything outside the read roots (after every symlink)."""
         resolved = real(self._absolute(path))
-        if any(is_within(resolved, r) for r in [*self.roots, *self.readable_extra]):
+        if self.is_readable(resolved):
             return resolved
         raise ToolFailure(
             ErrorCode.OUTSIDE_ROOTS,
-            f"{path} is outside the server's roots; start the server with --root covering it.",
+            f"{self.display(path)} is outside the server's roots (after following symlinks); start the server with "
+            "--root covering it.",
         )
 
-    def writable(self, path: str | os.PathLike[str]) -> Path:
-        """Resolve an output path (it may not exist yet); refuse outside output roots or into protected trees."""
-        target = _resolve_nonexistent(self._absolute(path))
+    def is_readable(self, resolved: Path) -> bool:
+        """Whether an already resolved path lies in a read root or a readable place."""
+        return any(is_within(resolved, r) for r in [*self.roots, *self.readable_extra])
+
+    def open_readable(self, path: str | os.PathLike[str]) -> BinaryIO:
+        """A file the server reads, opened after the root check on its resolved path (see open_resolved)."""
+        resolved = self.readable(path)
+        try:
+            return open_resolved(resolved)
+        except FileNotFoundError:
+            raise ToolFailure(ErrorCode.NOT_FOUND, f"{self.display(path)} does not exist.") from None
+        except OSError as exc:
+            swapped = exc.errno == errno.ELOOP
+            raise ToolFailure(
+                ErrorCode.OUTSIDE_ROOTS if swapped else ErrorCode.BAD_INPUT,
+                f"{self.display(path)} "
+                + ("became a symlink after it was checked" if swapped else f"cannot be read ({exc.strerror or exc})")
+                + "; nothing was read.",
+            ) from None
+
+    def read_bytes(self, path: str | os.PathLike[str], *, max_bytes: int | None = None) -> bytes:
+        """The bytes of a file the server reads, after the root check on its resolved path; never more
+        than `max_bytes` (FileTooLarge, raised before any byte is read when the size says so)."""
+        with self.open_readable(path) as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if max_bytes is not None and size > max_bytes:
+                raise FileTooLarge(size)
+            data = handle.read() if max_bytes is None else handle.read(max_bytes + 1)
+        if max_bytes is not None and len(data) > max_bytes:
+            raise FileTooLarge(len(data))
+        return data
+
+    def readable_entries(self, directory: str | os.PathLike[str]) -> Path:
+        """Resolve a directory that another process (the target interpreter, vLLM) will read as a whole,
+        and refuse when any entry in it is a symlink leading outside the readable places: that process
+        follows links the server cannot check file by file."""
+        resolved = self.readable(directory)
+        if not resolved.is_dir():
+            return resolved
+        shown = self.display(directory)
+        with os.scandir(resolved) as entries:
+            for entry in entries:
+                if entry.is_symlink() and not self.is_readable(real(entry.path)):
+                    raise ToolFailure(
+                        ErrorCode.OUTSIDE_ROOTS,
+                        f"{shown}/{entry.name} is a symlink leading outside the server's roots; start the server "
+                        "with --root covering its target, or replace the link with the file.",
+                    )
+        return resolved
+
+    def writable(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
+        """Resolve an output path (it may not exist yet); refuse outside output roots or into protected trees.
+
+        With `overwrite`, an existing path is accepted only when it may be replaced: an earlier output
+        of this server (its manifest), not a read root, the state directory or a protected path, and
+        neither holding nor lying above any of them or a git repository (`atomic.check_replaceable`)."""
+        shown = self.display(path)
+        target = _resolve_nonexistent(self._absolute(path), shown)
         if not any(is_within(target, r) for r in self.output_roots):
             raise ToolFailure(
                 ErrorCode.OUTSIDE_ROOTS,
-                f"{path} is outside the output roots; choose a path under --output-root.",
+                f"{shown} is outside the output roots; choose a path under --output-root.",
             )
         if ".git" in target.parts or any(is_within(target, p) or is_within(p, target) for p in self.protected):
             raise ToolFailure(
                 ErrorCode.PROTECTED_PATH,
-                f"{path} is or contains a protected path (upstream source, site-packages, the HF cache, "
-                "a source checkpoint or a git directory); choose a fresh output directory.",
+                f"{shown} is or contains a protected path (upstream source, site-packages, the HF cache, "
+                "a source checkpoint, the server's state directory or a git directory); choose a fresh output directory.",
             )
+        if overwrite and (target.exists() or target.is_symlink()):
+            self._check_replaceable(target, shown)
         return target
+
+    def _check_replaceable(self, target: Path, shown: str) -> None:
+        for root in self.roots:
+            if is_within(root, target):
+                what = "is a read root" if root == target else "contains a read root"
+                raise ToolFailure(
+                    ErrorCode.PROTECTED_PATH,
+                    f"{shown} {what} of this server; overwrite replaces only an earlier output of this server, never a "
+                    "read root, a git repository, a protected path or the state directory. Choose a new output directory.",
+                )
+        if self.state_dir is not None and (is_within(self.state_dir, target) or is_within(target, self.state_dir)):
+            raise ToolFailure(
+                ErrorCode.PROTECTED_PATH,
+                f"{shown} is or holds the server's state directory; overwrite replaces only an earlier output of this "
+                "server. Choose a new output directory.",
+            )
+        check_replaceable(target, shown)
 
     def require_mode_allows(self, effect: Effect, tool: str) -> None:
         if self.mode is Mode.REVIEW and effect is Effect.WRITES:
@@ -124,7 +276,28 @@ class Policy:
         return path.relative_to(root).as_posix()
 
 
-def _resolve_nonexistent(path: Path) -> Path:
+def open_resolved(resolved: str | os.PathLike[str]) -> BinaryIO:
+    """Open a checked, resolved path for reading without following a final symlink (one swapped in after
+    the check raises ELOOP); only a regular file opens (O_NONBLOCK: a FIFO planted there cannot hang the
+    open). For job workers that got resolved paths too."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+    fd = os.open(resolved, flags)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def copy_resolved(resolved: str | os.PathLike[str], destination: str | os.PathLike[str]) -> None:
+    """Copy a checked, resolved file's bytes (never a link) to a new file."""
+    with open_resolved(resolved) as source, open(destination, "xb") as out:
+        shutil.copyfileobj(source, out, 1 << 20)
+
+
+def _resolve_nonexistent(path: Path, shown: str) -> Path:
     """realpath of the deepest existing ancestor, with the missing tail appended."""
     missing: list[str] = []
     current = path
@@ -136,7 +309,7 @@ def _resolve_nonexistent(path: Path) -> Path:
     resolved = real(current)
     for part in reversed(missing):
         if part in ("", ".", ".."):
-            raise ToolFailure(ErrorCode.BAD_INPUT, f"{path} contains '.' or '..' components; pass a plain path.")
+            raise ToolFailure(ErrorCode.BAD_INPUT, f"{shown} contains '.' or '..' components; pass a plain path.")
         resolved = resolved / part
     return resolved
 

@@ -15,7 +15,8 @@ from pathlib import Path, PurePosixPath
 
 from .errors import ToolFailure
 from .extract_script import HeaderError, parse_header
-from .policy import Policy
+from .policy import FileTooLarge, Policy
+from .safe_load import load_json_bounded
 
 SHARD_SUFFIX = ".safetensors"
 INDEX_SUFFIX = ".safetensors.index.json"
@@ -63,11 +64,12 @@ def read_header(path: Path) -> dict[str, Tensor]:
     return {name: Tensor(e.dtype, e.shape, path.name, e.end - e.begin, e.begin) for name, e in header.entries.items()}
 
 
-def _load_index(path: Path) -> dict[str, str]:
-    if path.stat().st_size > MAX_INDEX_BYTES:
-        raise HeaderError("index file is larger than any real index")
+def _load_index(path: Path, policy: Policy) -> dict[str, str]:
+    """The index's weight map, read through the policy (a link out of the roots refuses with outside_roots)."""
     try:
-        document = json.loads(path.read_bytes())
+        document = load_json_bounded(policy.read_bytes(path, max_bytes=MAX_INDEX_BYTES), path.name)
+    except FileTooLarge:
+        raise HeaderError("index file is larger than any real index") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise HeaderError(f"not valid JSON ({exc})") from None
     weight_map = document.get("weight_map") if isinstance(document, dict) else None
@@ -93,7 +95,7 @@ def scan_checkpoint(directory: Path, policy: Policy) -> CheckpointFiles | None:
     if indexes:
         index_name = PREFERRED_INDEX if PREFERRED_INDEX in indexes else indexes[0]
         try:
-            weight_map = _load_index(policy.readable(directory / index_name))
+            weight_map = _load_index(directory / index_name, policy)
         except HeaderError as exc:
             problems.append(("error", "bad_index", f"{index_name} {exc}; the cross-check uses the shard headers alone."))
     if weight_map is not None:

@@ -53,6 +53,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .atomic import write_bytes_atomic
 from .errors import bad_input
+from .policy import open_resolved
+from .safe_load import load_yaml_bounded
 
 FILE_NAME = "smoke_cases.yaml"
 DEFAULT_MAX_TOKENS = 16
@@ -193,13 +195,18 @@ class CaseFile:
     notes: list[str] = field(default_factory=list)
 
 
-def load_yaml(path: Path) -> Any:
+def load_yaml(path: Path, name: str | None = None) -> Any:
+    """A YAML document from an already checked, resolved path (read_case_file checks it first)."""
+    name = name or path.name
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        with open_resolved(path) as handle:
+            return load_yaml_bounded(handle.read().decode("utf-8"), name)
     except FileNotFoundError:
-        raise bad_input(f"{path.name} does not exist.") from None
+        raise bad_input(f"{name} does not exist.") from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise bad_input(f"{path.name} is not valid YAML: {str(exc).splitlines()[0]}") from None
+        raise bad_input(f"{name} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    except OSError as exc:
+        raise bad_input(f"{name} cannot be read ({exc.strerror or exc}).") from None
 
 
 def _first(entry: dict[str, Any], *names: str) -> Any:
@@ -369,11 +376,14 @@ def _read_models(document: Any, path: Path, notes: list[str], readable: Callable
 def read_case_file(path: Path, readable: Callable[[Path], Path] = lambda p: p) -> CaseFile:
     """Read a `smoke_cases.yaml` (strictly) or a batched_test models/cases file (tolerantly).
 
-    `readable` checks (and resolves) every further file a models file refers to.
+    `readable` checks (and resolves) the file itself and every further file a models file refers to:
+    a case file that links outside the readable places is refused before it is read.
     """
-    document = load_yaml(path)
+    name = path.name
+    path = readable(path)
+    document = load_yaml(path, name)
     if _is_ours(document):
-        parsed = parse_smoke_cases(document, path.name)
+        parsed = parse_smoke_cases(document, name)
         cases = [
             c.model_copy(update={"image": str(path.parent / c.image)})
             if c.image and not c.image.startswith("data:") and not Path(c.image).is_absolute()
@@ -381,16 +391,16 @@ def read_case_file(path: Path, readable: Callable[[Path], Path] = lambda p: p) -
             for c in parsed.cases
         ]
         return CaseFile("smoke_cases", path, serve=parsed.serve, cases=cases)
-    notes = [f"{path.name} is not in the smoke_cases format; read as a tools/batched_test file (tolerant reader)."]
+    notes = [f"{name} is not in the smoke_cases format; read as a tools/batched_test file (tolerant reader)."]
     if _is_models(document):
         models = _read_models(document, path, notes, readable)
         if not models:
-            raise bad_input(f"{path.name} lists no models.")
+            raise bad_input(f"{name} lists no models.")
         return CaseFile("batched_test_models", path, models=models, notes=notes)
     cases = _tolerant_cases(document, path.parent)
     if not cases:
         raise bad_input(
-            f"{path.name} holds neither smoke cases nor batched_test models or cases; see the smoke_cases format "
+            f"{name} holds neither smoke cases nor batched_test models or cases; see the smoke_cases format "
             "(serve + cases) in the run_smoke_test description."
         )
     return CaseFile("batched_test_cases", path, cases=cases, notes=notes)

@@ -28,12 +28,13 @@ from .defects import (
     skipped_base_init,
 )
 from .environment import check_interpreter
-from .errors import ErrorCode, ToolFailure
+from .errors import ToolFailure
 from .evidence import Evidence
+from .interpreters import Interpreters
 from .kernels import KernelLaunch, OpRow, kernel_launches, native_registrations, op_rows, probe_ops, python_facts, python_registrations
 from .loading import ConfigRewrite, WeightLoading, config_rewrites, weight_loading
 from .overrides import Override, Overrides, Patch, Target, mark_reached, same_path_overrides
-from .policy import Mode
+from .policy import Policy
 from .pyindex import ModuleIndex, module_name
 from .revisions import UpstreamHistory
 from .state import StateStore
@@ -52,23 +53,19 @@ class ProbeTarget:
     gap: str | None = None
 
 
-def probe_target(python: str | None, mode: Mode, record: dict[str, Any] | None, enabled: bool) -> ProbeTarget:
-    """The environment record's interpreter; an explicit one only in edit mode."""
+def probe_target(python: str | None, policy: Policy, interpreters: Interpreters, record: dict[str, Any] | None, enabled: bool) -> ProbeTarget:
+    """The environment record's interpreter; an explicit one only in edit mode. Either passes the
+    interpreter policy (core/interpreters.py): a recorded one the operator did not allow is a gap."""
     if not enabled:
         return ProbeTarget(None, gap="Ops were not probed (probe_ops=false): installed is unknown for every op.")
     if python:
-        if mode is not Mode.EDIT:
-            raise ToolFailure(
-                ErrorCode.REVIEW_MODE,
-                "python overrides are accepted in edit mode only; in review mode the environment record's interpreter runs.",
-            )
-        return ProbeTarget(check_interpreter(python))
+        return ProbeTarget(check_interpreter(python, policy, interpreters, "override").path)
     if not record or not record.get("python"):
         return ProbeTarget(None, gap="No environment record with an interpreter: ops were not probed (run environment action=establish).")
     try:
-        return ProbeTarget(check_interpreter(record["python"]), record.get("probe_id"))
+        return ProbeTarget(check_interpreter(record["python"], policy, interpreters, "record").path, record.get("probe_id"))
     except ToolFailure as failure:
-        return ProbeTarget(None, gap=f"The recorded interpreter is gone ({failure.message}): ops were not probed.")
+        return ProbeTarget(None, gap=f"The recorded interpreter cannot run ({failure.message}): ops were not probed.")
 
 
 @dataclass(frozen=True)

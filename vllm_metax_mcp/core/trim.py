@@ -16,6 +16,7 @@ from .checkpoint import CheckpointReport
 from .config_rewrite import Change, Selection, dump_config, rewrite_config, rewrite_part
 from .errors import ToolFailure, bad_input
 from .hfconfig import Layout, analyse, compact_ids
+from .policy import Policy
 from .safetensors_index import CheckpointFiles
 from .smoke_cases import SmokeCases
 from .trim_output import AssetChoice, CaseNeeds, build_cases, choose_assets, default_context, has_chat_template, long_words
@@ -78,6 +79,8 @@ class Source:
     layout: Layout
     report: CheckpointReport | None
     files: CheckpointFiles | None
+    policy: Policy
+    """Every file of the source the plan reads or sizes passes it (a link out of the roots refuses)."""
 
 
 @dataclass(frozen=True)
@@ -419,7 +422,7 @@ def make_plan(source: Source, request: TrimRequest) -> Plan:
     """Select, rewrite, budget and describe a depth trim (see the module docstring)."""
     work = _start(source, request)
     _select(work)
-    assets = choose_assets(source.directory)
+    assets = choose_assets(source.directory, source.policy)
     image = next(
         (
             s.name
@@ -434,7 +437,7 @@ def make_plan(source: Source, request: TrimRequest) -> Plan:
         long_tokens=max((v[0] for v in limits.values()), default=None),
         long_covers=sorted(limits),
         mtp=bool(work.kept_mtp),
-        chat=has_chat_template(source.directory, assets.copy),
+        chat=has_chat_template(source.directory, assets.copy, source.policy),
         image=image,
     )
     positions = work.part.get("max_position_embeddings")
@@ -458,7 +461,7 @@ def make_plan(source: Source, request: TrimRequest) -> Plan:
         submodels=submodels,
         cases=build_cases(needs, context),
         assets=assets,
-        dummy_disk_bytes=config_bytes + sum((source.directory / n).stat().st_size for n in assets.copy),
+        dummy_disk_bytes=config_bytes + sum(source.policy.readable(source.directory / n).stat().st_size for n in assets.copy),
         image=image is not None,
         notes=_notes(work.kept, request.parallel, source.layout),
     )

@@ -8,15 +8,19 @@ import json
 import shutil
 import struct
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .atomic import TRIM_MANIFEST
+from .errors import ToolFailure
 from .extract_script import file_sha256
+from .policy import FileTooLarge, Policy
 from .smoke_cases import ServeSettings, SmokeCase, SmokeCases
 
-MANIFEST_NAME = "trim_manifest.json"
+MANIFEST_NAME = TRIM_MANIFEST
+"""Also the marker by which overwrite recognises an earlier trim output (core/atomic.py)."""
+MAX_JSON_ASSET_BYTES = 64 * 1024 * 1024
 IMAGE_NAME = "smoke_image.png"
 FAST_TOKENIZER = "tokenizer.json"
 OTHER_TOKENIZER_FORMATS = (
@@ -57,15 +61,23 @@ class AssetChoice:
     skipped: list[tuple[str, str]]
 
 
-def _remote_code(source: Path, names: set[str]) -> list[str]:
+def _json_document(source: Path, name: str, policy: Policy) -> Any:
+    """A JSON asset of the source, read through the policy (a link out of the roots refuses); None when unparsable."""
+    try:
+        return json.loads(policy.read_bytes(source / name, max_bytes=MAX_JSON_ASSET_BYTES))
+    except (ValueError, FileTooLarge, RecursionError):
+        return None
+
+
+def _remote_code(source: Path, names: set[str], policy: Policy) -> list[str]:
     """Python files the config's and tokenizer config's auto_map name (needed with trust_remote_code)."""
     found: list[str] = []
     for document in ("config.json", "tokenizer_config.json"):
         if document not in names:
             continue
-        try:
-            auto_map = json.loads((source / document).read_bytes()).get("auto_map") or {}
-        except (ValueError, AttributeError):
+        parsed = _json_document(source, document, policy)
+        auto_map = parsed.get("auto_map") if isinstance(parsed, dict) else None
+        if not isinstance(auto_map, dict):
             continue
         for value in auto_map.values():
             for ref in value if isinstance(value, list) else [value]:
@@ -76,9 +88,10 @@ def _remote_code(source: Path, names: set[str]) -> list[str]:
     return found
 
 
-def choose_assets(source: Path) -> AssetChoice:
+def choose_assets(source: Path, policy: Policy) -> AssetChoice:
     """The files a dummy load needs, one tokenizer format: tokenizer.json (what vLLM's fast tokenizer
-    loads) supersedes the slow formats when present."""
+    loads) supersedes the slow formats when present. Every chosen file passes the read policy after
+    resolution: one that links outside the readable places refuses the plan (outside_roots)."""
     names = {p.name for p in source.iterdir() if p.is_file()}
     copy = [n for n in ASSETS if n in names]
     skipped: list[tuple[str, str]] = []
@@ -87,32 +100,32 @@ def choose_assets(source: Path) -> AssetChoice:
         skipped += [(n, f"another format of {FAST_TOKENIZER}") for n in OTHER_TOKENIZER_FORMATS if n in names]
     else:
         copy += [n for n in OTHER_TOKENIZER_FORMATS if n in names]
-    copy += _remote_code(source, names)
+    copy += _remote_code(source, names, policy)
+    for name in copy:
+        policy.readable(source / name)
     for name in sorted(names - set(copy) - {"config.json"} - {n for n, _ in skipped}):
         why = "weights (dummy mode loads none)" if name.endswith(WEIGHT_SUFFIXES) else "not read by a dummy load"
         skipped.append((name, why))
     return AssetChoice(copy, skipped)
 
 
-def copy_assets(source: Path, names: list[str], destination: Path, readable: Callable[[Path], Path]) -> dict[str, str]:
+def copy_assets(source: Path, names: list[str], destination: Path, policy: Policy) -> dict[str, str]:
     """Copy each asset (through the read policy, symlinks of a hub cache followed); name -> sha256."""
     hashes: dict[str, str] = {}
     for name in names:
-        path = readable(source / name)
-        shutil.copyfile(path, destination / name)
+        with policy.open_readable(source / name) as handle, open(destination / name, "xb") as out:
+            shutil.copyfileobj(handle, out, 1 << 20)
         hashes[name] = file_sha256(destination / name)
     return hashes
 
 
-def has_chat_template(source: Path, names: list[str]) -> bool:
+def has_chat_template(source: Path, names: list[str], policy: Policy) -> bool:
     if "chat_template.jinja" in names or "chat_template.json" in names:
         return True
     if "tokenizer_config.json" not in names:
         return False
-    try:
-        return bool(json.loads((source / "tokenizer_config.json").read_bytes()).get("chat_template"))
-    except (ValueError, AttributeError):
-        return False
+    parsed = _json_document(source, "tokenizer_config.json", policy)
+    return isinstance(parsed, dict) and bool(parsed.get("chat_template"))
 
 
 def tiny_png(size: int = 64) -> bytes:
@@ -189,19 +202,20 @@ def build_cases(needs: CaseNeeds, context: int) -> SmokeCases:
     return SmokeCases(serve=serve, cases=cases)
 
 
-def related_examples(models_dir: Path, raw: dict[str, Any], limit: int = 20) -> list[str]:
-    """Trimmed-model examples (directories with a config.json) of the same architecture or model type."""
+def related_examples(models_dir: Path, raw: dict[str, Any], policy: Policy, limit: int = 20) -> list[str]:
+    """Trimmed-model examples (directories with a config.json) of the same architecture or model type;
+    an example whose config links outside the readable places is skipped, never read."""
     if not models_dir.is_dir():
         return []
     wanted = set(raw.get("architectures") or [])
     found: list[str] = []
     for entry in sorted(models_dir.iterdir()):
         config = entry / "config.json"
-        if not config.is_file() or config.stat().st_size > 1 << 20:
+        if not config.is_file():
             continue
         try:
-            other = json.loads(config.read_bytes())
-        except ValueError:
+            other = json.loads(policy.read_bytes(config, max_bytes=1 << 20))
+        except (ValueError, FileTooLarge, RecursionError, ToolFailure):
             continue
         if isinstance(other, dict) and (
             set(other.get("architectures") or []) & wanted or other.get("model_type") == raw.get("model_type")

@@ -43,6 +43,7 @@ from .extract_script import (
 )
 from .hfconfig import analyse
 from .jobs import JOB_MARKER_ENV, stop_requested
+from .policy import copy_resolved
 from .safetensors_index import CheckpointFiles, Tensor
 from .trim import Plan, Source, keep_submodel_whole
 from .trim_output import IMAGE_NAME, tiny_png
@@ -180,7 +181,7 @@ def _write_weights(staging: Path, spec: dict[str, Any], reporter: _Reporter) -> 
 def _copy_assets(staging: Path, spec: dict[str, Any]) -> None:
     (staging / "config.json").write_text(spec["config"], encoding="utf-8")
     for name, path in spec["assets"].items():
-        shutil.copyfile(path, staging / name)
+        copy_resolved(path, staging / name)  # checked and resolved in the call; a link swapped in since is refused
 
 
 # -- verifying -------------------------------------------------------------------------------------
@@ -380,7 +381,8 @@ def run_job(spec: dict[str, Any], progress: Any) -> dict[str, Any]:
     target = Path(spec["target"])
     reporter = _Reporter(progress, sum(item[5] for items in spec["shards"].values() for item in items))
     try:
-        with staged_directory(target, replace=spec["overwrite"], tag=os.environ.get(JOB_MARKER_ENV, "")) as staging:
+        tag = os.environ.get(JOB_MARKER_ENV, "")
+        with staged_directory(target, replace=spec["overwrite"], tag=tag, shown=spec.get("shown")) as staging:
             result = _build(staging, target, spec, reporter)
     except HeaderError as exc:
         raise _failure(f"the source changed since it was checked ({exc}); nothing was written.") from None
@@ -394,6 +396,7 @@ def run_job(spec: dict[str, Any], progress: Any) -> dict[str, Any]:
 
 def _manifest(spec: dict[str, Any], verified: _Verified, files: dict[str, str], remaining: list[str]) -> dict[str, Any]:
     return {
+        "format": spec["manifest"]["format"],  # first: the marker overwrite recognises (core/atomic.py)
         **spec["manifest"],
         "files": files,
         "weights": {

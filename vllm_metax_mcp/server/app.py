@@ -11,7 +11,7 @@ import anyio
 from mcp.server.mcpserver import AcceptedElicitation, Context, Elicit, ElicitationResult, MCPServer, Resolve
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, CallToolResult, TextContent, ToolAnnotations
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
 from .. import __version__
 from ..core.errors import ErrorCode, ToolFailure
@@ -69,10 +69,11 @@ def _question_resolver(spec: ToolSpec, runtime: Runtime):
         if capabilities is None or capabilities.elicitation is None:
             return NOT_ASKED
         try:
-            args = spec.input_model.model_validate(arguments)
-        except ValidationError:
+            args = parse_input(spec, arguments)
+            text = await anyio.to_thread.run_sync(question, args, ToolEnv(runtime=runtime, tool=spec.name))
+        except Exception:  # the tool itself answers with the precise error
+            log.debug("question for %s not asked", spec.name, exc_info=True)
             return NOT_ASKED
-        text = await anyio.to_thread.run_sync(question, args, ToolEnv(runtime=runtime, tool=spec.name))
         return NOT_ASKED if text is None else Elicit(text, Confirmation)
 
     fields = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY) for name in spec.input_model.model_fields]

@@ -6,7 +6,6 @@ Exit codes: 0 success, 1 tool error or failed verdict, 2 usage, 3 blocked.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import json
 import logging
 import math
@@ -17,18 +16,34 @@ import anyio
 
 from ..core.errors import ErrorCode, ToolFailure
 from ..core.policy import Mode
+from ..core.safe_load import MAX_ARGUMENT_BYTES, load_json_bounded
 from ..tools import ALL_TOOLS, served_tools
 from ..tools.base import Runtime, ToolEnv, invoke
 from .app import annotations_for, build_server
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_BLOCKED = 0, 1, 2, 3
+log = logging.getLogger("vllm_metax_mcp")
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.EDIT.value)
     parser.add_argument("--root", action="append", default=None, help="readable root (repeatable; default: cwd)")
     parser.add_argument("--output-root", action="append", default=None, help="where outputs may go (default: the roots)")
-    parser.add_argument("--state-dir", default=None, help="server state (default: $XDG_STATE_HOME/vllm-metax-mcp)")
+    parser.add_argument(
+        "--state-dir",
+        default=None,
+        help="server state (default: $XDG_STATE_HOME/vllm-metax-mcp); never inside a repository or a protected "
+        "path, nor inside a --root in review mode",
+    )
+    parser.add_argument(
+        "--python",
+        action="append",
+        default=None,
+        metavar="PATH",
+        help="an interpreter the server may run (repeatable); in review mode only these run. Default: the "
+        "server's own interpreter and python3 on PATH; in edit mode a call may also name one inside the roots",
+    )
+    parser.add_argument("--debug", action="store_true", help="log tracebacks of internal errors to stderr")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -39,12 +54,22 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8765)
-    serve.add_argument("--auth-token", default=None, help="bearer token; required to bind a non-loopback address")
+    serve.add_argument(
+        "--auth-token", default=None, help="bearer token; required to bind anything but 127.0.0.1, ::1 or localhost"
+    )
+    serve.add_argument(
+        "--allowed-host",
+        action="append",
+        default=None,
+        metavar="HOST[:PORT]",
+        help="another Host header (and its http/https Origin) to accept besides the loopback names and the bound "
+        "address (repeatable); required when binding 0.0.0.0 or ::",
+    )
     tools = commands.add_parser("tools", help="list the tools a mode serves")
     tools.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.EDIT.value)
     call = commands.add_parser("call", help="run one tool through the server's policy and print its result")
     call.add_argument("tool")
-    call.add_argument("--args", default="{}", help="JSON object of tool arguments")
+    call.add_argument("--args", default="{}", help="JSON object of tool arguments (`-`: read it from stdin)")
     call.add_argument("--no-wait", action="store_true", help="for job tools: print the job id instead of waiting")
     _common(call)
     return parser
@@ -53,15 +78,6 @@ def _parser() -> argparse.ArgumentParser:
 def _fail(message: str, code: int) -> int:
     print(message, file=sys.stderr)
     return code
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def cmd_tools(mode: Mode) -> int:
@@ -83,10 +99,14 @@ def cmd_call(options: argparse.Namespace) -> int:
     spec = specs.get(options.tool)
     if spec is None:
         return _fail(f"unknown tool {options.tool!r}; `vllm-metax-mcp tools` lists them", EXIT_USAGE)
+    text = sys.stdin.read(MAX_ARGUMENT_BYTES + 1) if options.args == "-" else options.args
     try:
-        arguments = json.loads(options.args)
-    except json.JSONDecodeError as exc:
+        arguments = load_json_bounded(text, "--args", max_bytes=MAX_ARGUMENT_BYTES)
+    except (json.JSONDecodeError, UnicodeError) as exc:
         return _fail(f"--args is not valid JSON: {exc}", EXIT_USAGE)
+    except ToolFailure as failure:  # past an input limit: the same bad_input an MCP client gets
+        print(json.dumps({"error": failure.to_dict()}, indent=2), file=sys.stderr)
+        return EXIT_FAILED
     if not isinstance(arguments, dict):
         return _fail("--args must be a JSON object", EXIT_USAGE)
 
@@ -94,7 +114,10 @@ def cmd_call(options: argparse.Namespace) -> int:
         print(f"progress: {done}/{total if total is not None else '?'} {message or ''}".rstrip(), file=sys.stderr)
 
     try:
-        runtime = Runtime.create(options.root, options.output_root, options.mode, options.state_dir)
+        runtime = Runtime.create(options.root, options.output_root, options.mode, options.state_dir, options.python)
+    except ToolFailure as failure:
+        return _fail(failure.message, EXIT_USAGE)
+    try:
         env = ToolEnv(runtime=runtime, tool=spec.name, progress=progress)
         output = anyio.run(lambda: invoke(spec, arguments, env, job_wait_s=0 if options.no_wait else math.inf))
     except ToolFailure as failure:
@@ -109,30 +132,62 @@ def cmd_call(options: argparse.Namespace) -> int:
 
 
 def cmd_serve(options: argparse.Namespace) -> int:
-    if options.transport == "http" and not _is_loopback(options.host) and not options.auth_token:
-        return _fail(f"refusing to bind {options.host}: a non-loopback address needs --auth-token", EXIT_USAGE)
+    bind = None
+    if options.transport == "http":
+        from .http import BindRefused, resolve_bind
+
+        try:
+            bind = resolve_bind(options.host, options.port, options.auth_token, options.allowed_host)
+        except BindRefused as refused:
+            return _fail(str(refused), EXIT_USAGE)
+    elif options.allowed_host:
+        return _fail("--allowed-host applies to --transport http only", EXIT_USAGE)
     try:
-        runtime = Runtime.create(options.root, options.output_root, options.mode, options.state_dir)
+        runtime = Runtime.create(options.root, options.output_root, options.mode, options.state_dir, options.python)
     except ToolFailure as failure:
         return _fail(failure.message, EXIT_USAGE)
     reaped = runtime.jobs.reap_stale()
     if reaped:
         logging.getLogger("vllm_metax_mcp").warning("reaped jobs whose worker stopped: %s", ", ".join(reaped))
     server = build_server(runtime)
-    if options.transport == "stdio":
+    if bind is None:
         server.run("stdio")
     else:
         from .http import serve_http
 
-        serve_http(server, options.host, options.port, options.auth_token)
+        serve_http(server, bind, options.port, options.auth_token)
     return EXIT_OK
 
 
+class _NoTraceback(logging.Formatter):
+    """Log lines without tracebacks (the SDK, uvicorn and asyncio attach them); --debug keeps them."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        plain = logging.makeLogRecord(record.__dict__)
+        plain.exc_info, plain.exc_text, plain.stack_info = None, None, None
+        return super().format(plain)
+
+
 def main(argv: list[str] | None = None) -> None:
-    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     options = _parser().parse_args(argv)
-    if options.command == "tools":
-        sys.exit(cmd_tools(Mode(options.mode)))
-    if options.command == "call":
-        sys.exit(cmd_call(options))
-    sys.exit(cmd_serve(options))
+    debug = getattr(options, "debug", False)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter((logging.Formatter if debug else _NoTraceback)("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(handlers=[handler], level=logging.DEBUG if debug else logging.WARNING)
+    try:
+        if options.command == "tools":
+            code = cmd_tools(Mode(options.mode))
+        elif options.command == "call":
+            code = cmd_call(options)
+        else:
+            code = cmd_serve(options)
+    except KeyboardInterrupt:
+        code = 130
+    except Exception as exc:  # the last resort: one line, no traceback or install path unless --debug
+        log.debug("unexpected error", exc_info=True)
+        print(
+            f"vllm-metax-mcp: internal error ({type(exc).__name__}); rerun with --debug to see the traceback.",
+            file=sys.stderr,
+        )
+        code = EXIT_FAILED
+    sys.exit(code)

@@ -6,7 +6,9 @@ result ids behave the same whichever way a tool is reached.
 
 from __future__ import annotations
 
+import errno
 import inspect
+import logging
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
@@ -17,14 +19,18 @@ import anyio
 import anyio.to_process
 from pydantic import BaseModel, Field, ValidationError
 
-from ..core.errors import ErrorCode, ToolFailure
+from ..core.errors import ErrorCode, ToolFailure, bad_input
+from ..core.interpreters import Interpreters
 from ..core.jobs import JobHandle, Jobs
 from ..core.policy import Effect, Mode, Policy
 from ..core.results import record_result
-from ..core.state import StateStore, default_state_dir
+from ..core.safe_load import check_arguments
+from ..core.state import StateStore, check_state_dir, default_state_dir
 
 JOB_WAIT_S = 20.0
 """How long a call waits for its job before answering with the job's id and progress."""
+
+log = logging.getLogger("vllm_metax_mcp")
 
 ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
 UserAnswer = Literal["accepted", "declined", "not_asked"]
@@ -59,7 +65,7 @@ class ToolSpec:
     destructive: bool = False
     cpu_heavy: bool = False
     """Run in a worker process: the event loop stays responsive and a cancelled call kills the work."""
-    question: Callable[[BaseModel, "ToolEnv"], str | None] | None = None
+    question: Callable[[BaseModel, ToolEnv], str | None] | None = None
     """A yes/no question for the user before the tool runs (asked through elicitation where the client can)."""
 
     @property
@@ -69,14 +75,16 @@ class ToolSpec:
 
 @dataclass
 class Runtime:
-    """One server's (or CLI call's) policy, state directory and job table."""
+    """One server's (or CLI call's) policy, allowed interpreters, state directory and job table."""
 
     policy: Policy
     store: StateStore
+    interpreters: Interpreters = field(default_factory=Interpreters)
     jobs: Jobs = field(init=False)
 
     def __post_init__(self) -> None:
         self.jobs = Jobs(self.store)
+        self.policy.protect_state(self.store.root)  # never an output, never replaced
 
     @classmethod
     def create(
@@ -85,9 +93,14 @@ class Runtime:
         output_roots: list[str] | None = None,
         mode: Mode | str = Mode.EDIT,
         state_dir: str | None = None,
-    ) -> "Runtime":
-        store = StateStore(Path(state_dir).expanduser().resolve() if state_dir else default_state_dir())
-        return cls(policy=Policy.create(roots, output_roots, mode), store=store)
+        interpreters: list[str] | None = None,
+    ) -> Runtime:
+        """The runtime of `serve` / `call`: ToolFailure (a usage error there) for a bad root, a bad
+        --python, or a state directory inside a read root (review mode), a repository or a protected path."""
+        policy = Policy.create(roots, output_roots, mode)
+        location = check_state_dir(Path(state_dir) if state_dir else default_state_dir(), policy)
+        allowed = Interpreters.create(interpreters, policy)
+        return cls(policy=policy, store=StateStore(location), interpreters=allowed)
 
 
 @dataclass
@@ -112,8 +125,14 @@ class ToolEnv:
     def jobs(self) -> Jobs:
         return self.runtime.jobs
 
+    @property
+    def interpreters(self) -> Interpreters:
+        return self.runtime.interpreters
+
 
 def parse_input(spec: ToolSpec, raw: dict[str, Any]) -> BaseModel:
+    """The tool's input model from raw arguments, after the input limits (core/safe_load.py)."""
+    check_arguments(raw, spec.name)
     try:
         return spec.input_model.model_validate(raw)
     except ValidationError as exc:
@@ -122,7 +141,43 @@ def parse_input(spec: ToolSpec, raw: dict[str, Any]) -> BaseModel:
 
 
 async def invoke(spec: ToolSpec, raw: dict[str, Any], env: ToolEnv, *, job_wait_s: float = JOB_WAIT_S) -> BaseModel:
-    """Run one tool call through the policy: mode, input, the work (or its job), result id."""
+    """Run one tool call through the policy: mode, input limits and model, the work (or its job), result id.
+
+    Every failure leaves as a ToolFailure: an exception the work did not expect becomes a precise
+    `bad_input` where the input caused it (too deep, a name too long, an argument list too long), else
+    a `failed` naming the tool and the exception type — never a traceback or an install path. The
+    traceback goes to the server's log at debug level only (`--debug`)."""
+    try:
+        return await _invoke(spec, raw, env, job_wait_s)
+    except ToolFailure:
+        raise
+    except Exception as exc:  # the last resort: what reaches a client is one clean error
+        log.debug("unexpected error in %s", spec.name, exc_info=True)
+        raise unexpected_failure(spec.name, exc) from None
+
+
+def unexpected_failure(tool: str, exc: BaseException) -> ToolFailure:
+    """An exception no layer turned into a ToolFailure, in words that hold no path or traceback."""
+    for inner in getattr(exc, "exceptions", None) or ():  # an exception group (anyio task groups)
+        return inner if isinstance(inner, ToolFailure) else unexpected_failure(tool, inner)
+    if isinstance(exc, RecursionError):
+        return bad_input(f"An input of {tool} nests too deeply to process (JSON or YAML nesting); no real file does.")
+    if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:
+        return bad_input(f"A path given to {tool} has a name longer than the file system allows (255 bytes per name).")
+    if isinstance(exc, OSError) and exc.errno == errno.E2BIG:
+        return bad_input(f"The arguments of {tool} are too long to pass to a subprocess; pass shorter values.")
+    if isinstance(exc, ValueError) and "null byte" in str(exc):
+        return bad_input(f"A value given to {tool} contains a NUL byte.")
+    if isinstance(exc, ValueError) and "integer string conversion" in str(exc):
+        return bad_input(f"An input of {tool} holds an integer with too many digits.")
+    return ToolFailure(
+        ErrorCode.FAILED,
+        f"{tool} failed with an internal error ({type(exc).__name__}); this is a server bug. Start the server "
+        "with --debug to log the traceback to its stderr.",
+    )
+
+
+async def _invoke(spec: ToolSpec, raw: dict[str, Any], env: ToolEnv, job_wait_s: float) -> BaseModel:
     env.policy.require_mode_allows(spec.effect, spec.name)
     arguments = parse_input(spec, raw)
     if inspect.iscoroutinefunction(spec.run):

@@ -12,7 +12,6 @@ from ..core.environment import (
     carry_confirmation,
     check_interpreter,
     confirmation_for,
-    default_python,
     instruction_files,
     load_record,
     record_id,
@@ -36,7 +35,11 @@ class EnvironmentInput(SubjectArgs):
     )
     upstream: str | None = Field(default=None, description="Upstream vLLM: a git repository (with target) or a source directory.")
     target: str | None = Field(default=None, description="Upstream revision to upgrade to (git upstream only).")
-    python: str | None = Field(default=None, description="Target interpreter for establish (default: python3 on PATH).")
+    python: str | None = Field(
+        default=None,
+        description="Target interpreter for establish: one the operator allowed (serve --python; default: python3 on "
+        "PATH), or in edit mode one inside the roots.",
+    )
 
 
 class ModuleReport(BaseModel):
@@ -64,6 +67,11 @@ class EnvironmentOutput(ToolOutput):
     subject_drifted: bool | None = Field(default=None, description="True when the subject changed since the record was made.")
     upstream: dict[str, Any] | None = None
     python: str | None = None
+    python_accepted: Literal["operator", "server_interpreter", "path_default", "inside_roots"] | None = Field(
+        default=None,
+        description="Why the server runs this interpreter: operator (serve --python), server_interpreter or "
+        "path_default (the defaults without --python), inside_roots (named by a call, edit mode).",
+    )
     python_version: str | None = None
     modules: dict[str, ModuleReport] = Field(default_factory=dict)
     distributions: list[Distribution] = Field(default_factory=list)
@@ -97,6 +105,7 @@ def _output(action: str, record: dict[str, Any], drifted: bool | None = None) ->
         subject_drifted=drifted,
         upstream=record.get("upstream"),
         python=record["python"],
+        python_accepted=(record.get("python_accepted") or {}).get("reason"),
         python_version=report.get("python", {}).get("version"),
         modules={name: ModuleReport(**{k: m.get(k) for k in ("version", "origin", "error")}) for name, m in report.get("modules", {}).items()},
         distributions=report.get("distributions", []),
@@ -117,7 +126,8 @@ def _establish(args: EnvironmentInput, env: ToolEnv) -> EnvironmentOutput:
     if repo is None:
         raise bad_input("establish needs the plugin git repository (subject worktree, index, revision or installed).")
     mapping = resolve_upstream(env.policy, args.upstream, args.target) if args.upstream else None
-    python = check_interpreter(args.python or default_python())
+    accepted = check_interpreter(args.python or env.interpreters.default(), env.policy, env.interpreters, "establish")
+    python = accepted.path
     probe_id, report = run_probe(python, env.store)
     package_dir = runtime_package_dir(report)
     site_dirs = report.get("python", {}).get("site_dirs", [])
@@ -133,6 +143,7 @@ def _establish(args: EnvironmentInput, env: ToolEnv) -> EnvironmentOutput:
         "subject_tree_hash": subject.tree_hash(),
         "upstream": mapping.as_dict() if mapping else None,
         "python": str(python),
+        "python_accepted": accepted.as_record(),
         "probe_id": probe_id,
         "probe": report,
         "site_dirs": site_dirs,

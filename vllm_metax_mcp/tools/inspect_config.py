@@ -301,12 +301,12 @@ def _target(args: InspectConfigInput, env: ToolEnv) -> _Target:
     for site in (target.record or {}).get("site_dirs", []):
         env.policy.allow_read(site)
     if args.python:
-        target.python = check_interpreter(args.python)
+        target.python = check_interpreter(args.python, env.policy, env.interpreters, "override").path
     elif target.record:
         try:
-            target.python = check_interpreter(target.record["python"])
+            target.python = check_interpreter(target.record["python"], env.policy, env.interpreters, "record").path
         except ToolFailure as failure:
-            target.gaps.append(f"The recorded interpreter is gone ({failure.message}); run environment action=establish again.")
+            target.gaps.append(f"The recorded interpreter cannot run ({failure.message}); run environment action=establish again.")
     return target
 
 
@@ -340,6 +340,10 @@ def _construct(
     speculative = (
         {"method": args.speculative, "num_speculative_tokens": args.num_speculative_tokens} if args.speculative else None
     )
+    try:
+        env.policy.readable_entries(location.path)  # the target interpreter reads the directory; links are not followed for it
+    except ToolFailure as failure:
+        return None, None, [f"Construction not run: {failure.message}"]
     request = ConstructRequest(location.path, args.trust_remote_code, args.hf_overrides, speculative)
     with ExitStack() as stack:
         pythonpath = _plugin_path(args, env, target, stack)
@@ -575,7 +579,7 @@ def inspect_config(args: InspectConfigInput, env: ToolEnv) -> InspectConfigOutpu
         raise bad_input("page=differences needs construct=true.")
     location = locate_model(env.policy, args.model, args.model_revision)
     env.policy.protect(location.path)
-    raw = load_config(location.path)
+    raw = load_config(location.path, env.policy)
     layout = analyse(raw)
     files = scan_checkpoint(location.path, env.policy)
     need_code = bool(args.consumers_of) or any(i.ids for i in layout.id_lists)
@@ -638,7 +642,7 @@ def checkpoint_evidence(args: SubjectArgs, env: ToolEnv, model: str, model_revis
     The model directory becomes a protected path: nothing may be written into it."""
     location = locate_model(env.policy, model, model_revision)
     env.policy.protect(location.path)
-    raw = load_config(location.path)
+    raw = load_config(location.path, env.policy)
     layout = analyse(raw)
     files = scan_checkpoint(location.path, env.policy)
     target = _Target()

@@ -11,7 +11,7 @@ from ..core.consumers import SourceTree, find_consumers
 from ..core.errors import ToolFailure
 from ..core.hfconfig import compact_ids
 from ..core.hub import ModelLocation
-from ..core.policy import Effect, is_within
+from ..core.policy import Effect, Policy, is_within
 from ..core.subjects import SubjectKind
 from ..core.trim import Plan, Source, TrimRequest, make_plan
 from ..core.trim_output import related_examples
@@ -173,18 +173,24 @@ def model_label(location: ModelLocation, env: ToolEnv) -> str:
     return root_relative(location.path, env.policy.roots) if location.source == "directory" else location.label
 
 
-def _transformers_configs(record: dict[str, Any] | None) -> SourceTree | None:
-    """transformers' configuration modules (where a config class reads its keys), from the record's probe."""
+def _transformers_configs(record: dict[str, Any] | None, policy: Policy) -> SourceTree | None:
+    """transformers' configuration modules (where a config class reads its keys), from the record's probe;
+    each read through the policy (its site directory is readable; a file linking elsewhere is skipped)."""
     module = ((record or {}).get("probe") or {}).get("modules", {}).get("transformers") or {}
     dirs = module.get("package_dirs") or []
     if not dirs:
         return None
     top = Path(dirs[0])
     files = [top / "configuration_utils.py", *sorted((top / "models").glob("*/configuration_*.py"))]
-    return SourceTree(
-        "installed_transformers",
-        tuple((f"transformers/{p.relative_to(top).as_posix()}", p.read_bytes()) for p in files if p.is_file()),
-    )
+    found: list[tuple[str, bytes]] = []
+    for path in files:
+        if not path.is_file():
+            continue
+        try:
+            found.append((f"transformers/{path.relative_to(top).as_posix()}", policy.read_bytes(path)))
+        except ToolFailure:
+            continue
+    return SourceTree("installed_transformers", tuple(found))
 
 
 def _readers(field: str, trees: list[SourceTree]) -> list[str] | None:
@@ -196,7 +202,7 @@ def _readers(field: str, trees: list[SourceTree]) -> list[str] | None:
 
 def gather(args: PlanTrimInput, env: ToolEnv) -> tuple[CheckpointEvidence, Source]:
     evidence = checkpoint_evidence(args, env, args.model, args.model_revision)
-    source = Source(evidence.location.path, evidence.raw, evidence.layout, evidence.report, evidence.files)
+    source = Source(evidence.location.path, evidence.raw, evidence.layout, evidence.report, evidence.files, env.policy)
     return evidence, source
 
 
@@ -205,7 +211,7 @@ def _examples(args: PlanTrimInput, env: ToolEnv, raw: dict[str, Any]) -> list[st
         models = env.policy.readable(Path(args.plugin_repo) / EXAMPLES_DIR)
     except ToolFailure:  # outside the roots: no examples to list
         return []
-    return [f"{EXAMPLES_DIR}/{name}" for name in related_examples(models, raw)]
+    return [f"{EXAMPLES_DIR}/{name}" for name in related_examples(models, raw, env.policy)]
 
 
 def _budgets(plan: Plan) -> BudgetsOut:
@@ -216,7 +222,7 @@ def _budgets(plan: Plan) -> BudgetsOut:
 def plan_output(args: PlanTrimInput, env: ToolEnv, evidence: CheckpointEvidence, plan: Plan) -> dict[str, Any]:
     """The fields of PlanTrimOutput (trim_model's output extends them)."""
     trees = list(evidence.trees)
-    extra = _transformers_configs(evidence.record) if trees else None
+    extra = _transformers_configs(evidence.record, env.policy) if trees else None
     trees += [extra] if extra else []
     backbone = plan.backbone
     gaps = list(evidence.gaps)

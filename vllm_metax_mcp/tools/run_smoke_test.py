@@ -20,11 +20,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.environment import check_interpreter, load_record
-from ..core.errors import ErrorCode, ToolFailure, bad_input, not_found
+from ..core.errors import ToolFailure, bad_input, not_found
 from ..core.git import open_repository
 from ..core.launch_rules import check_env, check_json_value, check_serve_args, lift_owned_args
-from ..core.policy import Effect, Mode
+from ..core.policy import Effect
 from ..core.results import digest
+from ..core.safe_load import load_json_bounded
 from ..core.smoke import run_dir
 from ..core.smoke_cases import FILE_NAME, BatchedModel, ServeSettings, SmokeCase, default_cases, parse_cases, read_case_file
 from ..core.subjects import SubjectKind
@@ -149,19 +150,14 @@ def _interpreter(args: SmokeInput, env: ToolEnv) -> tuple[str, Any]:
             repo = open_repository(".", env.policy)
         except ToolFailure:
             repo = None
-    if args.python:
-        if env.policy.mode is not Mode.EDIT:
-            raise ToolFailure(
-                ErrorCode.REVIEW_MODE,
-                "python overrides are accepted in edit mode only; in review mode the environment record's interpreter runs.",
-            )
-        return str(check_interpreter(args.python)), repo
+    if args.python:  # refused in review mode; in edit mode an allowed one or one inside the roots
+        return str(check_interpreter(args.python, env.policy, env.interpreters, "override").path), repo
     record = load_record(env.store, repo) if repo is not None else None
     if not record or not record.get("python"):
         raise not_found(
             "No interpreter: record one with environment action=establish (python=...), or pass python (edit mode)."
         )
-    return str(check_interpreter(record["python"])), repo
+    return str(check_interpreter(record["python"], env.policy, env.interpreters, "record").path), repo
 
 
 def _select_model(models: list[BatchedModel], wanted: str | None, model: Path | None, source: str) -> BatchedModel:
@@ -188,7 +184,7 @@ def _check_cases(cases: list[SmokeCase], env: ToolEnv) -> list[dict[str, Any]]:
                 raise bad_input(f"case {case.name}: image {case.image!r} is a URL; pass a file under the roots (no network fetches).")
             image = env.policy.readable(case.image)
             if not image.is_file():
-                raise not_found(f"case {case.name}: image {case.image} does not exist.")
+                raise not_found(f"case {case.name}: image {env.policy.display(case.image)} does not exist.")
             body["image"] = str(image)
         checked.append(body)
     return checked
@@ -208,8 +204,8 @@ def _validates_trim(model: Path, load_format: str) -> bool:
     if load_format == "dummy" or not manifest.is_file():
         return False
     try:
-        return json.loads(manifest.read_bytes()).get("output_mode") == "real"
-    except (ValueError, AttributeError):
+        return load_json_bounded(manifest.read_bytes(), MANIFEST_NAME).get("output_mode") == "real"
+    except (ValueError, AttributeError, ToolFailure):
         return False
 
 
@@ -265,6 +261,7 @@ def run_smoke_test(args: SmokeInput, env: ToolEnv) -> Any:
         raise bad_input("model is required (the model directory to serve).")
     if not model.is_dir() or not (model / "config.json").is_file():
         raise not_found(f"{args.model or model.name} is not a model directory with a config.json.")
+    env.policy.readable_entries(model)  # vLLM reads the whole directory: no entry may link out of the roots
 
     tp = args.tp or owned.get("tp") or 1
     pp = args.pp or owned.get("pp") or 1

@@ -402,7 +402,7 @@ def trace_dependency(args: TraceInput, env: ToolEnv) -> TraceOutput:
         history = None
         if isinstance(base_subject, RevisionSubject) and isinstance(upstream, RevisionSubject):
             history = upstream_history(upstream.repo, base_subject.commit, upstream.commit, cache)
-        probe = probe_target(args.python, env.policy.mode, load_record(env.store, repo) if repo else None, args.probe_ops)
+        probe = probe_target(args.python, env.policy, env.interpreters, load_record(env.store, repo) if repo else None, args.probe_ops)
         findings = check_path(env.store, code, walk, found, stop, model, base_index, history, plugin_packages, probe)
         output.unknowns += findings.unknowns
         output.probe_id = findings.probe_id

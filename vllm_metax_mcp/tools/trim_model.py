@@ -13,7 +13,7 @@ from ..core.config_rewrite import dump_config
 from ..core.errors import bad_input
 from ..core.extract_script import file_sha256
 from ..core.jobs import JobHandle
-from ..core.policy import Effect, is_within
+from ..core.policy import Effect, Policy, is_within
 from ..core.safetensors_index import PREFERRED_INDEX
 from ..core.smoke_cases import FILE_NAME, dump_smoke_cases, write_smoke_cases
 from ..core.trim import Plan, Source, make_plan
@@ -54,7 +54,9 @@ class TrimModelInput(PlanTrimInput):
         "bytes, verified, with a proven extract.py; runs as a job.",
     )
     overwrite: bool = Field(
-        default=False, description="Replace an existing output directory (only once the new one is complete)."
+        default=False,
+        description="Replace an earlier output of this server (a directory with its trim_manifest.json or export marker, "
+        "holding no git repository, not a read root or protected path) — only once the new one is complete.",
     )
     max_shard_bytes: int = Field(
         default=5_000_000_000, ge=1, description="real: the largest output shard (a bigger tensor gets a shard of its own)."
@@ -120,17 +122,17 @@ def _manifest(
     }
 
 
-def _source_hashes(plan: Plan, directory: Path) -> dict[str, str]:
+def _source_hashes(plan: Plan, directory: Path, policy: Policy) -> dict[str, str]:
     names = ["config.json", *plan.assets.copy, *([PREFERRED_INDEX] if (directory / PREFERRED_INDEX).is_file() else [])]
-    return {name: file_sha256(directory / name) for name in names}
+    return {name: file_sha256(policy.readable(directory / name)) for name in names}
 
 
 def _write_dummy(args: TrimModelInput, env: ToolEnv, source: Source, plan: Plan, planned: PlanTrimOutput, target: Path) -> TrimModelOutput:
-    source_hashes = _source_hashes(plan, source.directory)
-    with staged_directory(target, replace=args.overwrite) as staging:
+    source_hashes = _source_hashes(plan, source.directory, env.policy)
+    with staged_directory(target, replace=args.overwrite, shown=env.policy.display(args.output)) as staging:
         (staging / "config.json").write_bytes(dump_config(plan.config))
         written = {"config.json": file_sha256(staging / "config.json")}
-        written |= copy_assets(source.directory, plan.assets.copy, staging, env.policy.readable)
+        written |= copy_assets(source.directory, plan.assets.copy, staging, env.policy)
         write_smoke_cases(staging / FILE_NAME, plan.cases)
         written[FILE_NAME] = file_sha256(staging / FILE_NAME)
         if plan.image:
@@ -211,6 +213,7 @@ def real_trim_spec(
         "source_dir": str(source.directory),
         "source_paths": source_paths,
         "target": str(target),
+        "shown": env.policy.display(args.output),
         "overwrite": args.overwrite,
         "config": config_text,
         "assets": assets,
@@ -223,7 +226,7 @@ def real_trim_spec(
         "extra_files": {FILE_NAME: smoke_text},
         "image": plan.image,
         "manifest_name": MANIFEST_NAME,
-        "manifest": _manifest(args, planned, _source_hashes(plan, source.directory), {}),
+        "manifest": _manifest(args, planned, _source_hashes(plan, source.directory, env.policy), {}),
         "manifest_weights": {
             "tensors": len(weights.moves),
             "bytes": weights.nbytes,
@@ -255,7 +258,7 @@ def trim_model(args: TrimModelInput, env: ToolEnv) -> TrimModelOutput | JobHandl
     validates the load.
     """
     evidence, source = gather(args, env)
-    target = env.policy.writable(args.output)
+    target = env.policy.writable(args.output, overwrite=args.overwrite)
     plan = make_plan(source, trim_request(args))
     if args.output_mode == "real":
         spec = real_trim_spec(args, env, evidence, source, plan, target)
