@@ -476,3 +476,22 @@ def test_include_outside_the_roots_created_later_is_refused_on_the_next_call(tmp
         opened.run("cat-file", "-e", MISSING)
     assert refused.value.code is ErrorCode.OUTSIDE_ROOTS
     assert not canary.exists()
+
+
+@pytest.mark.parametrize("key", ["core.excludesFile", "core.attributesFile", "diff.orderFile", "mailmap.file"])
+def test_a_file_the_config_names_outside_the_roots_is_refused(key: str, tmp_path: Path) -> None:
+    """A FIFO outside the roots named by the repository's config would hang every listing or diff
+    (and its content is read outside the policy): refused before git reads it, in both modes."""
+    root = tmp_path / "root"
+    repo = make_repo(root / "repo")
+    fifo = tmp_path / "outside.fifo"
+    os.mkfifo(fifo)
+    configure(repo, [(key, str(fifo))])
+    for mode in MODES:
+        answer, _ = call_cli(tmp_path, root, mode, "diff_model", {"plugin_repo": "repo", "upstream": "repo", "target": "HEAD", "paths": ["pkg/"]})
+        assert_refused(answer, "outside_roots", (key.lower(),), tmp_path, f"{mode} {key}")
+    inside = root / "ignore-list"
+    inside.write_text("*.tmp\n")
+    plain(repo, "config", "--unset-all", key)
+    configure(repo, [(key, str(inside))])
+    open_repository(repo, Policy.create([str(root)]))  # a file inside the roots is fine

@@ -499,6 +499,22 @@ def test_the_bounded_loaders() -> None:
     assert load_yaml_bounded("serve: {max_model_len: 256}\ncases: [{name: a, kind: chat}]\n", "c.yaml")["serve"]["max_model_len"] == 256
 
 
+def test_json_files_are_utf8_and_yaml_integers_are_bounded_in_any_base() -> None:
+    """A UTF-16 document hides its brackets from a byte scan (U+2241 is the bytes 41 22, a quote
+    to the scan) while json would decode it anyway: files are read as UTF-8, as vLLM reads them.
+    A hex integer of 5,000 digits is bounded by its spelling, not by its decimal digits."""
+    deep = '{"k": ' * 900 + "1" + "}" * 900
+    hidden = ('{"a": "\u2241", "rope_scaling": ' + deep + ', "c": "x"}').encode("utf-16-le")
+    assert json.loads(hidden)["a"] == "\u2241"  # json alone guesses the encoding and would parse it
+    with pytest.raises((json.JSONDecodeError, UnicodeDecodeError)):  # read as UTF-8: not JSON at all
+        load_json_bounded(hidden, "config.json")
+    for spelled in ("0x" + "f" * 5000, "0b" + "1" * 300, "-0" + "7" * 100, "1_000" * 10):
+        with pytest.raises(ToolFailure) as failure:
+            load_yaml_bounded(f"x: {spelled}\n", "c.yaml")
+        assert failure.value.code is ErrorCode.BAD_INPUT and "integers are limited" in failure.value.message
+    assert load_yaml_bounded("x: 0xff\ny: -12\n", "c.yaml") == {"x": 255, "y": -12}
+
+
 # -- class 9: the state directory ------------------------------------------------------------
 
 

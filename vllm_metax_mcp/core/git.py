@@ -87,6 +87,7 @@ def hardened_env() -> dict[str, str]:
         GIT_NO_LAZY_FETCH="1",  # git >= 2.44; older gits are covered by refusing promisor remotes
         GIT_ALLOW_PROTOCOL="",  # an empty allow-list: no transport at all, whatever the config says
         GIT_PROTOCOL_FROM_USER="0",
+        XDG_CONFIG_HOME=os.devnull,  # no user-level git/ignore, git/attributes or git/config outside the roots
         LC_ALL="C",
     )
     return env
@@ -284,6 +285,10 @@ PROGRAM_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("core.editor", UNREACHABLE, "runs an editor only for commands that edit"),
     ConfigKey("sequence.editor", UNREACHABLE, "runs an editor only while rebasing"),
 )
+FILE_KEYS = frozenset({"core.excludesfile", "core.attributesfile", "diff.orderfile", "mailmap.file"})
+"""Keys naming a file git reads on the calls the runner makes (listing, diffs, logs): like an
+include, the file must lie inside the roots (a FIFO outside them would hang every call, and its
+content is read outside the policy). The user-level defaults are off: see `hardened_env`."""
 MAX_ALTERNATE_DEPTH = 5
 """git follows nested alternates this deep and no deeper."""
 MISSING_OBJECT = re.compile(
@@ -374,6 +379,8 @@ class _Guard:
             name, newline, value = os.fsdecode(item).partition("\n")
             self._entry(name, value if newline else None)
             lowered = name.lower()
+            if lowered in FILE_KEYS and value:
+                self._named_file(name, value)
             if value and source is not None and (lowered == "include.path" or (lowered.startswith("includeif.") and lowered.endswith(".path"))):
                 included = Path(os.path.expanduser(value))
                 self.watch(included if included.is_absolute() else source.parent / included)  # created later: seen
@@ -392,6 +399,19 @@ class _Guard:
                 "server with a --root covering it.",
             )
         return path
+
+    def _named_file(self, name: str, value: str) -> None:
+        """A file a key names (relative to the work tree, as git resolves it from `-C top`) must lie inside the roots."""
+        named = Path(os.path.expanduser(value))
+        path = named if named.is_absolute() else self.repo.top / named
+        self.watch(path)
+        if not self.inside(real(path)):
+            raise ToolFailure(
+                ErrorCode.OUTSIDE_ROOTS,
+                f"The repository {self.shown(self.repo.top)} sets `{name}` to a file outside the server's roots; git "
+                "would read it on every call. Unset the key, or start the server with a --root covering the file.",
+                key=name,
+            )
 
     def _entry(self, name: str, value: str | None) -> None:
         lowered = name.lower()

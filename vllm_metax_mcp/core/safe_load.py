@@ -138,7 +138,11 @@ def json_depth(data: bytes, limit: int = MAX_DEPTH) -> int:
 def load_json_bounded(data: bytes | str, what: str, *, max_bytes: int | None = None, max_depth: int = MAX_DEPTH, **hooks: Any) -> Any:
     """`json.loads` with the limits checked first; `what` names the input in messages (e.g. `config.json`).
 
-    Raises InputLimit (bad_input) past a limit; JSONDecodeError / UnicodeDecodeError as json does."""
+    Bytes are UTF-8, as vLLM and transformers read these files: the depth scan runs over the same
+    bytes the parser reads (json would otherwise guess UTF-16 or UTF-32, whose bytes the scan
+    cannot read). Raises InputLimit (bad_input) past a limit; JSONDecodeError / UnicodeDecodeError
+    for a broken file."""
+    text = data if isinstance(data, str) else data.decode("utf-8")
     raw = data.encode("utf-8", errors="surrogatepass") if isinstance(data, str) else data
     if max_bytes is not None and len(raw) > max_bytes:
         raise InputLimit(f"{what} is {len(raw)} bytes, more than the {max_bytes} bytes accepted.")
@@ -153,7 +157,7 @@ def load_json_bounded(data: bytes | str, what: str, *, max_bytes: int | None = N
         return int(text)
 
     try:
-        return json.loads(data, parse_int=bounded_int, **hooks)
+        return json.loads(text, parse_int=bounded_int, **hooks)
     except RecursionError:
         raise InputLimit(f"{what} nests too deeply to parse.") from None
 
@@ -190,9 +194,13 @@ class _BoundedLoader(yaml.SafeLoader):
 
 
 def _bounded_yaml_int(loader: _BoundedLoader, node: yaml.ScalarNode) -> int:
-    digits = sum(c.isdigit() for c in str(node.value))
-    if digits > MAX_INT_DIGITS:
-        raise InputLimit(f"{loader.what} holds an integer of {digits} digits; integers are limited to {MAX_INT_DIGITS} digits.")
+    """Limited by its spelling in any base (`0x`, `0o`, `0b`, sexagesimal), before it is built."""
+    spelled = str(node.value).replace("_", "").lstrip("+-")
+    if len(spelled) > MAX_INT_DIGITS + 2:  # room for a base prefix
+        raise InputLimit(
+            f"{loader.what} holds an integer spelled with {len(spelled)} characters; integers are limited to "
+            f"{MAX_INT_DIGITS} digits."
+        )
     return yaml.SafeLoader.construct_yaml_int(loader, node)
 
 
