@@ -100,7 +100,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory, upstream_026: Path, upst
     (plugin / PKG / "sparse_mla.py").write_text(broken)
     git(plugin, "add", "-A")
     git(plugin, "commit", "-qm", "MACA subclass, helper and a broken copy")
-    return {"root": root, "plugin": plugin, "history": history, "state": root / "state", "026": upstream_026}
+    return {"root": root, "plugin": plugin, "history": history, "state": tmp_path_factory.mktemp("diffmodel-state"), "026": upstream_026}
 
 
 def run(ws: dict[str, Any], mode: str = "edit", **arguments: Any) -> Any:

