@@ -1,7 +1,9 @@
 """Issue 18, classes 3, 5 and 10, closed at the path chokepoint (core/policy.py, core/atomic.py):
 
-- overwrite replaces only an earlier output of this server — never a git repository (dir, `.git`
-  file, bare), a read root, a protected path, the state directory, nor a tree holding or above one;
+- overwrite replaces only an earlier output of this server, as its state directory recorded writing
+  it (a marker alone, forged, copied or moved, is not enough) — never a git repository (dir, `.git`
+  file, bare), a read root, an output root, a protected path, the state directory, a tree holding or
+  above one, nor one holding files a repository tracks;
 - every file the server reads passes the root check after resolution — a symlink at the file, at a
   parent directory, or in a hub-cache snapshot never leads a read outside the roots;
 - paths in messages are the caller's spelling or root-relative, never resolved absolute paths.
@@ -19,6 +21,8 @@ import ast
 import hashlib
 import json
 import os
+import shutil
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -243,10 +247,14 @@ def _worktree(space: dict[str, Path]) -> str:
     return "wt"
 
 
+def _genuine_export(space: dict[str, Path], output: str) -> Path:
+    """An earlier export of this server at `output`: written by the tool, recorded in the state directory."""
+    call(export_tool.SPEC, {**EXPORT, "output": output, "overwrite": False}, runtime(space))
+    return space["root"] / output
+
+
 def _repo_below(space: dict[str, Path]) -> str:
-    out = space["root"] / "outs" / "old"
-    out.mkdir(parents=True)
-    (out / EXPORT_MARKER).write_text('{"format": "vllm-metax-mcp/export/1"}')  # even a planted marker does not help
+    out = _genuine_export(space, "outs/old")  # even a genuine earlier output does not help
     make_repo(out / "vendor" / "lib")
     return "outs/old"
 
@@ -262,11 +270,58 @@ def _marker_in_repo(space: dict[str, Path]) -> str:
 
 
 def _bare_repo(space: dict[str, Path]) -> str:
-    out = space["root"] / "bare-holder"
-    out.mkdir()
-    (out / EXPORT_MARKER).write_text('{"format": "vllm-metax-mcp/export/1"}')
+    out = _genuine_export(space, "bare-holder")
     git(space["root"], "init", "-q", "--bare", str(out / "mirror.git"))
     return "bare-holder"
+
+
+def _forged_in_tracked_dir(space: dict[str, Path]) -> str:
+    """The review's reproduction: a repository commits a marker in a subdirectory; the user's edits and
+    notes there are uncommitted."""
+    repo = space["root"] / "plugin"
+    (repo / "docs").mkdir()
+    (repo / "docs" / EXPORT_MARKER).write_text('{"format": "vllm-metax-mcp/export/1"}\n')
+    (repo / "docs" / "guide.md").write_text("important\n")
+    git(repo, "add", "docs")
+    git(repo, "commit", "-q", "-m", "docs")
+    (repo / "docs" / "guide.md").write_text("important\nuncommitted edit\n")
+    (repo / "docs" / "notes.txt").write_text("untracked notes\n")
+    return "plugin/docs"
+
+
+def _forged_trim_manifest(space: dict[str, Path]) -> str:
+    out = space["root"] / "shared-models" / "tiny"
+    out.mkdir(parents=True)
+    (out / "trim_manifest.json").write_text('{\n  "format": "vllm-metax-mcp/trim-manifest/1"\n}\n')
+    (out / "weights.safetensors").write_text("someone's work\n")
+    return "shared-models/tiny"
+
+
+def _copied_genuine_marker(space: dict[str, Path]) -> str:
+    """A byte-identical copy of a genuine marker, timestamps kept (cp -p), in another directory."""
+    snap = _genuine_export(space, "snap")
+    other = space["root"] / "other"
+    other.mkdir()
+    shutil.copy2(snap / EXPORT_MARKER, other / EXPORT_MARKER)
+    (other / "mine.txt").write_text("not an output\n")
+    return "other"
+
+
+def _marker_replaced_by_a_copy(space: dict[str, Path]) -> str:
+    snap = _genuine_export(space, "snap")
+    shutil.copy2(snap / EXPORT_MARKER, space["tmp"] / "marker")
+    os.replace(space["tmp"] / "marker", snap / EXPORT_MARKER)  # same bytes and mtime, another file
+    return "snap"
+
+
+def _directory_replaced_around_the_marker(space: dict[str, Path]) -> str:
+    snap = _genuine_export(space, "snap")
+    (space["root"] / "fresh").mkdir()
+    os.replace(snap / EXPORT_MARKER, space["root"] / "fresh" / EXPORT_MARKER)  # the very marker file, moved
+    (space["root"] / "fresh" / "mine.txt").write_text("not an output\n")
+    os.replace(snap, space["root"] / "snap-was")
+    os.replace(space["root"] / "fresh", snap)
+    return "snap"
 
 
 def _link_to_repo(space: dict[str, Path]) -> str:
@@ -283,6 +338,11 @@ OVERWRITE_CASES = {
     "a subdirectory of a repository (no marker)": (lambda s: "plugin/pkg", ["not an earlier output"]),
     "a .git-file worktree": (_worktree, ["git repository"]),
     "an earlier output with a repository below": (_repo_below, ["contains a git repository", "vendor/lib"]),
+    "a forged export marker in a tracked subdirectory": (_forged_in_tracked_dir, ["no record of writing it", "delete plugin/docs yourself"]),
+    "a forged trim manifest": (_forged_trim_manifest, ["no record of writing it", "a marker alone is not enough"]),
+    "a copy of a genuine marker elsewhere": (_copied_genuine_marker, ["no record of writing it"]),
+    "a genuine output whose marker was replaced by a copy": (_marker_replaced_by_a_copy, ["its marker is not the one", "ino"]),
+    "a genuine output whose directory was replaced": (_directory_replaced_around_the_marker, ["directory is not the one"]),
     "a directory above a repository": (_above_repo, ["not an earlier output"]),
     "a repository carrying a planted manifest": (_marker_in_repo, ["git repository"]),
     "a directory holding a bare repository": (_bare_repo, ["contains a git repository", "mirror.git"]),
@@ -467,6 +527,179 @@ def test_overwrite_refusals_through_a_real_mcp_client(space: dict[str, Path]) ->
 
     assert anyio.run(review).error.data["code"] == "review_mode"
     assert tree_hashes(space["tmp"], skip=("state",)) == before
+
+
+# -- the marker alone is not enough: the state directory's record, files tracked below, the output roots ----
+
+
+def _forged_repository(top: Path) -> Path:
+    """The review's reproduction, as given: a repository whose tracked docs/ carries a committed marker, with
+    an uncommitted edit and an untracked file there."""
+    work = top / "work"
+    (work / "vllm_metax").mkdir(parents=True)
+    (work / "docs").mkdir()
+    git(work, "init", "-q")
+    (work / "vllm_metax" / "__init__.py").write_text("x=1\n")
+    (work / "docs" / EXPORT_MARKER).write_text('{"format": "vllm-metax-mcp/export/1"}\n')
+    (work / "docs" / "guide.md").write_text("important\n")
+    git(work, "add", ".")
+    git(work, "commit", "-q", "-m", "i")
+    (work / "docs" / "guide.md").write_text("important\nedit\n")
+    (work / "docs" / "notes.txt").write_text("notes\n")
+    return work
+
+
+FORGED_EXPORT = {"subject": "revision", "revision": "HEAD", "prefix": "vllm_metax/", "output": "docs", "overwrite": True}
+
+
+def test_a_forged_marker_in_a_repository_is_refused_through_the_cli_and_a_real_mcp_client(tmp_path: Path) -> None:
+    work = _forged_repository(tmp_path)
+    model = checkpoint(tmp_path / "models" / "m")
+    before = tree_hashes(tmp_path, skip=("state",))
+    command = [str(console_script()), "call", "export_snapshot", "--root", "work", "--state-dir", "state"]
+    for mode in ("edit", "review"):
+        proc = subprocess.run([*command, "--mode", mode, "--args", json.dumps(FORGED_EXPORT)], capture_output=True,
+                              text=True, timeout=90, cwd=tmp_path, check=False)
+        error = cli_error(proc)
+        if mode == "review":
+            assert error["code"] == "review_mode", error
+            continue
+        assert error["code"] == "protected_path", error
+        assert "no record of writing it" in error["message"] and "delete docs yourself" in error["message"]
+        assert_clean_message(error["message"], tmp_path)
+    assert tree_hashes(tmp_path, skip=("state",)) == before
+    rt = Runtime.create([str(work), str(model.parent)], state_dir=str(tmp_path / "state"))
+
+    async def edit() -> list[Any]:
+        async with Client(build_server(rt)) as client:
+            return [
+                await client.call_tool("export_snapshot", FORGED_EXPORT),
+                await client.call_tool("trim_model", {"model": str(model), "output": "docs", "overwrite": True}),
+            ]
+
+    for result in anyio.run(edit):
+        assert result.is_error
+        error = json.loads(result.content[0].text)["error"]
+        assert error["code"] == "protected_path", error
+        assert_clean_message(error["message"], tmp_path)
+    assert tree_hashes(tmp_path, skip=("state",)) == before, "the tracked directory, its edits and notes are intact"
+    assert (work / "docs" / "notes.txt").read_text() == "notes\n"
+
+
+def test_overwrite_never_replaces_files_a_repository_tracks_even_in_its_own_output(space: dict[str, Path]) -> None:
+    """A genuine output inside a work tree is replaced while untracked; once the repository tracks a file below
+    it (committed, or checked out into it), overwrite refuses: the record proves the marker is the server's,
+    not that nothing else moved in."""
+    rt = runtime(space)
+    repo = space["root"] / "plugin"
+    call(export_tool.SPEC, {**EXPORT, "output": "plugin/snap", "overwrite": False}, rt)
+    call(export_tool.SPEC, {**EXPORT, "output": "plugin/snap"}, rt)  # untracked: its own output is replaced
+    call(trim_tool.SPEC, {"model": "m", "output": "plugin/tiny"}, rt)
+    call(trim_tool.SPEC, {**TRIM, "output": "plugin/tiny", "layers": [0, 1]}, rt)
+    git(repo, "add", "snap", "tiny/config.json")
+    git(repo, "commit", "-q", "-m", "keep the snapshot")
+    (repo / "snap" / "README.md").write_text("edited, not committed\n")
+    (repo / "snap" / "notes.txt").write_text("untracked\n")
+    before = tree_hashes(space["tmp"], skip=("state",))
+    for spec, arguments, output in ((export_tool.SPEC, EXPORT, "plugin/snap"), (trim_tool.SPEC, TRIM, "plugin/tiny")):
+        failure = refused(spec, {**arguments, "output": output}, rt, ErrorCode.PROTECTED_PATH)
+        assert "tracked by the git repository at plugin" in failure.message, failure.message
+        assert f"delete {output} yourself" in failure.message
+        assert_clean_message(failure.message, space["tmp"])
+    error = cli_error(cli(space, "export_snapshot", {**EXPORT, "output": "plugin/snap"}))
+    assert error["code"] == "protected_path" and "tracked by the git repository" in error["message"]
+    assert tree_hashes(space["tmp"], skip=("state",)) == before  # .git/index included: ls-files wrote nothing
+
+
+def test_overwrite_inside_a_work_tree_outside_the_read_roots_is_refused(space: dict[str, Path]) -> None:
+    """Whether such a repository tracks the output cannot be checked without reading outside the roots."""
+    outer = make_repo(space["tmp"] / "outer")
+    rt = runtime(space, outputs=[str(outer / "outs")])
+    call(export_tool.SPEC, {**EXPORT, "output": str(outer / "outs" / "snap"), "overwrite": False}, rt)
+    before = tree_hashes(space["tmp"], skip=("state",))
+    failure = refused(export_tool.SPEC, {**EXPORT, "output": str(outer / "outs" / "snap")}, rt, ErrorCode.PROTECTED_PATH)
+    assert "git work tree outside the server's read roots" in failure.message, failure.message
+    assert tree_hashes(space["tmp"], skip=("state",)) == before
+
+
+def test_an_output_root_is_never_an_output_and_never_replaced(space: dict[str, Path]) -> None:
+    """The review's case (--output-root o2/out, a marker in o2/out, output = the root), a root that does not
+    exist yet, a directory between two nested output roots; staging never lands outside a root."""
+    out = space["tmp"] / "o2" / "out"
+    out.mkdir(parents=True)
+    out.chmod(0o755)
+    (out / EXPORT_MARKER).write_text('{"format": "vllm-metax-mcp/export/1"}')
+    (out / "kept.txt").write_text("the root's own file\n")
+    between = space["tmp"] / "o3" / "a"
+    between.mkdir(parents=True)
+    (between / EXPORT_MARKER).write_text('{"format": "vllm-metax-mcp/export/1"}')
+    missing = space["tmp"] / "o4" / "out"
+    rt = runtime(space, outputs=[str(out), str(space["tmp"] / "o3"), str(between / "b"), str(missing)])
+    before = tree_hashes(space["tmp"], skip=("state",))
+    cases = ((out, True, "is an output root"), (out, False, "is an output root"), (between, True, "contains an output root"),
+             (missing, False, "is an output root"), (missing, True, "is an output root"))
+    for target, overwrite, words in cases:
+        failure = refused(export_tool.SPEC, {**EXPORT, "output": str(target), "overwrite": overwrite}, rt, ErrorCode.PROTECTED_PATH)
+        assert words in failure.message, failure.message
+    error = cli_error(cli(space, "export_snapshot", {**EXPORT, "output": str(out)}, "--output-root", str(out)))
+    assert error["code"] == "protected_path" and "is an output root" in error["message"]
+    assert tree_hashes(space["tmp"], skip=("state",)) == before and not missing.exists()
+    assert stat.S_IMODE(out.stat().st_mode) == 0o755
+
+    # strictly inside: the staging siblings are inside the root, and a replaced output keeps its mode
+    call(export_tool.SPEC, {**EXPORT, "output": str(out / "snap"), "overwrite": False}, rt)
+    (out / "snap").chmod(0o750)
+    call(export_tool.SPEC, {**EXPORT, "output": str(out / "snap")}, rt)
+    assert stat.S_IMODE((out / "snap").stat().st_mode) == 0o750
+    assert sorted(p.name for p in (space["tmp"] / "o2").iterdir()) == ["out"]
+    assert sorted(p.name for p in out.iterdir()) == [EXPORT_MARKER, "kept.txt", "snap"]
+
+
+def test_the_record_is_checked_again_right_before_the_swap(space: dict[str, Path]) -> None:
+    """A job writes for hours: a genuine output whose marker is swapped for a copy meanwhile is not replaced.
+    The job worker's policy (rebuilt from the call's) sees the same record."""
+    from vllm_metax_mcp.core.state import OutputRegistry, StateStore
+
+    rt = runtime(space)
+    snap = _genuine_export(space, "snap")
+    worker = Policy.from_spec(rt.policy.to_spec(), OutputRegistry(StateStore(space["state"])))
+    before = tree_hashes(snap)
+    with pytest.raises(ToolFailure) as info, staged_directory(snap, replace=True, shown="snap", policy=worker) as staging:
+        (staging / "new.txt").write_text("new")
+        shutil.copy2(snap / EXPORT_MARKER, space["tmp"] / "copy")
+        os.replace(space["tmp"] / "copy", snap / EXPORT_MARKER)
+    assert info.value.code is ErrorCode.PROTECTED_PATH and "its marker is not the one" in info.value.message
+    assert tree_hashes(snap) == before and sorted(p.name for p in space["root"].iterdir()) == ["m", "plugin", "snap"]
+
+
+def test_real_trims_record_their_outputs_from_the_job(space: dict[str, Path]) -> None:
+    rt = runtime(space)
+    real = {"model": "m", "output": "real", "output_mode": "real", "layers": [0, 1]}
+    first = call(trim_tool.SPEC, real, rt)
+    assert first.script_reproduced is True
+    records = [json.loads(p.read_text()) for p in (space["state"] / "outputs").iterdir()]
+    assert [r["path"] for r in records if r["marker"] == "trim_manifest.json"] == [str((space["root"] / "real").resolve())]
+    again = call(trim_tool.SPEC, {**real, "overwrite": True, "layers": [0]}, rt)  # the worker checked the record
+    assert again.kept_layers == [0]
+    assert json.loads((space["root"] / "real" / "config.json").read_text())["num_hidden_layers"] == 1
+    shutil.copy2(space["root"] / "real" / "trim_manifest.json", space["tmp"] / "copy")
+    os.replace(space["tmp"] / "copy", space["root"] / "real" / "trim_manifest.json")
+    before = tree_hashes(space["root"])
+    failure = refused(trim_tool.SPEC, {**real, "overwrite": True}, rt, ErrorCode.PROTECTED_PATH)
+    assert "its marker is not the one" in failure.message
+    assert tree_hashes(space["root"]) == before and sorted(p.name for p in space["root"].iterdir()) == ["m", "plugin", "real"]
+
+
+def test_every_staged_output_of_the_package_passes_the_policy() -> None:
+    """staged_directory checks the record and records the new output only when it gets the policy: every
+    call in the package passes it (a new one without fails here)."""
+    package = REPO_ROOT / "vllm_metax_mcp"
+    calls = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "staged_directory":
+                calls.append((path.relative_to(package).as_posix(), any(k.arg == "policy" for k in node.keywords)))
+    assert len(calls) == 3 and all(passed for _, passed in calls), calls
 
 
 # == class 5: reads through a symlink outside the roots ================================================
@@ -671,6 +904,7 @@ REVIEWED_READS = {
     ("core/policy.py", "copy_resolved"): "through open_resolved; writes a new file",
     ("core/atomic.py", "write_bytes_atomic"): "writes its own temporary file",
     ("core/atomic.py", "output_marker"): "the marker of an existing output under an output root: lstat regular, O_NOFOLLOW",
+    ("core/atomic.py", "output_fingerprint"): "the same marker, hashed (never shown) to compare with the state's record; O_NOFOLLOW",
     # this package's own files
     ("core/construct.py", "run_construct"): "package file (the construction script)",
     ("core/environment.py", "run_probe"): "package file (the probe script)",

@@ -557,3 +557,34 @@ def test_the_state_directory_never_lies_in_a_reviewed_tree_or_a_repository(tmp_p
     proc = cli("call", "jobs", "--mode", "review", "--root", str(root), "--state-dir", str(tmp_path / "state2"), "--args", "{}")
     assert proc.returncode == 0, proc.stderr
     assert snapshot(repo) == before
+
+
+def test_the_state_directory_never_contains_a_read_root_or_an_output_root(tmp_path: Path) -> None:
+    """`--root s/scratch --state-dir s`: the store's jobs/, results/, outputs/ would share a tree with the
+    reviewed one (review mode) or hold the roots every output is refused in (edit mode). Refused in both
+    modes, through the constructor, `serve` and `call`; nothing is created and the root is untouched."""
+    top = tmp_path / "s"
+    scratch = make_repo(top / "scratch")
+    (tmp_path / "o").mkdir()
+    before = snapshot(scratch)
+    cases = [
+        ("review", [str(scratch)], None, top, "read root"),
+        ("edit", [str(scratch)], None, top, "read root"),
+        ("review", [str(scratch)], None, scratch.parent.parent, "read root"),
+        ("edit", [str(scratch)], [str(tmp_path / "o" / "out")], tmp_path / "o", "output root"),
+    ]
+    for mode, roots, outputs, state, why in cases:
+        with pytest.raises(ToolFailure) as failure:
+            Runtime.create(roots, output_roots=outputs, mode=mode, state_dir=str(state))
+        assert f"contains the {why}" in failure.value.message, failure.value.message
+        extra = ["--output-root", outputs[0]] if outputs else []
+        for command in (["serve"], ["call", "jobs", "--args", "{}"]):
+            proc = cli(*command, "--mode", mode, "--root", roots[0], *extra, "--state-dir", str(state))
+            assert proc.returncode == 2, (command, proc.stderr)
+            assert why in proc.stderr and proc.stdout == ""
+            assert_clean(proc.stderr)
+        assert not (state / "jobs").exists() and not (state / ".lock").exists()
+    # beside the roots is fine, in both modes
+    for mode in ("review", "edit"):
+        Runtime.create([str(scratch)], output_roots=[str(tmp_path / "o" / "out")], mode=mode, state_dir=str(tmp_path / "state"))
+    assert snapshot(scratch) == before

@@ -8,9 +8,12 @@ Three rules live here and nowhere else:
 - every file the server reads is checked after resolution (`readable`, `read_bytes`,
   `readable_entries` for a directory another process will read), so a symlink — the file itself,
   a parent directory, a hub-cache snapshot link — never leads outside the readable places;
-- an output may replace an existing path only when that path is an earlier output of this server
-  and is not, does not contain and does not lie above a git repository, a read root, a protected
-  path or the state directory (`writable(..., overwrite=True)`, with `atomic.check_replaceable`);
+- an output is a new directory strictly inside an output root (never the root itself, never above
+  one), so its staging siblings lie inside the root too; it may replace an existing path only when
+  that path is an earlier output of this server that the state directory recorded writing (a marker
+  alone is not enough), and is not, does not contain and does not lie above a git repository, a read
+  root, a protected path or the state directory, and holds no file tracked by an enclosing
+  repository (`writable(..., overwrite=True)` and `replaceable`, with `atomic.check_replaceable`);
 - a path in a message is the caller's own spelling or root-relative (`display`), never a resolved
   absolute path the caller did not give.
 """
@@ -24,9 +27,9 @@ import stat
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
-from .atomic import check_replaceable
+from .atomic import REPLACE_RULE, OutputRecords, check_replaceable
 from .errors import ErrorCode, ToolFailure
 
 HF_CACHE_LABEL = "<hf-cache>"
@@ -75,6 +78,8 @@ class Policy:
     """How a readable-only place is named in messages (`<hf-cache>`, `<site-packages>`)."""
     state_dir: Path | None = None
     """The server's own state directory: never an output, never replaced."""
+    outputs: OutputRecords | None = None
+    """The outputs the state directory recorded writing: without them, overwrite replaces nothing."""
 
     @classmethod
     def create(
@@ -102,10 +107,34 @@ class Policy:
         self.labels.setdefault(resolved, label or f"<{resolved.name or 'readable place'}>")
         self.protect(resolved)
 
-    def protect_state(self, path: str | os.PathLike[str]) -> None:
-        """The server's state directory: no output goes into it, contains it or replaces it."""
+    def protect_state(self, path: str | os.PathLike[str], outputs: OutputRecords | None = None) -> None:
+        """The server's state directory: no output goes into it, contains it or replaces it. `outputs`: the
+        record of the outputs it wrote (`state.OutputRegistry`), by which overwrite recognises one."""
         self.state_dir = real(path)
         self.protect(self.state_dir)
+        self.outputs = outputs
+
+    def to_spec(self) -> dict[str, Any]:
+        """What a job worker needs to apply the overwrite rule again (`from_spec`), as plain JSON."""
+        return {
+            "roots": [str(p) for p in self.roots],
+            "output_roots": [str(p) for p in self.output_roots],
+            "mode": self.mode.value,
+            "protected": [str(p) for p in self.protected],
+            "state_dir": str(self.state_dir) if self.state_dir else None,
+        }
+
+    @classmethod
+    def from_spec(cls, spec: dict[str, Any], outputs: OutputRecords | None) -> Policy:
+        policy = cls(
+            roots=[Path(p) for p in spec["roots"]],
+            output_roots=[Path(p) for p in spec["output_roots"]],
+            mode=Mode(spec["mode"]),
+            protected=[Path(p) for p in spec["protected"]],
+        )
+        if spec.get("state_dir"):
+            policy.protect_state(spec["state_dir"], outputs)
+        return policy
 
     def protect(self, path: str | os.PathLike[str]) -> None:
         """Never write into this tree (upstream source, site-packages, a source checkpoint)."""
@@ -227,9 +256,8 @@ class Policy:
     def writable(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
         """Resolve an output path (it may not exist yet); refuse outside output roots or into protected trees.
 
-        With `overwrite`, an existing path is accepted only when it may be replaced: an earlier output
-        of this server (its manifest), not a read root, the state directory or a protected path, and
-        neither holding nor lying above any of them or a git repository (`atomic.check_replaceable`)."""
+        An output is a directory strictly inside an output root (`output_place`). With `overwrite`, an
+        existing path is accepted only when it may be replaced (`replaceable`)."""
         shown = self.display(path)
         target = _resolve_nonexistent(self._absolute(path), shown)
         if not any(is_within(target, r) for r in self.output_roots):
@@ -244,25 +272,97 @@ class Policy:
                 "a source checkpoint, the server's state directory or a git directory); choose a fresh output directory.",
             )
         if overwrite and (target.exists() or target.is_symlink()):
-            self._check_replaceable(target, shown)
+            self.replaceable(target, shown)
+        else:
+            self.output_place(target, shown)
         return target
 
-    def _check_replaceable(self, target: Path, shown: str) -> None:
+    def output_place(self, target: Path, shown: str) -> None:
+        """An output lies strictly inside an output root: never the root itself, never above one (its staging
+        and retired siblings are then inside the root as well)."""
+        for root in self.output_roots:
+            if is_within(root, target):
+                what = "is an output root" if root == target else "contains an output root"
+                raise ToolFailure(
+                    ErrorCode.PROTECTED_PATH,
+                    f"{shown} {what} of this server; an output is a directory strictly inside an output root, never "
+                    "the root itself nor a directory above one (its staging copy is written beside it), and overwrite "
+                    "replaces only an earlier output of this server inside one. Choose a directory inside it, e.g. "
+                    f"{shown.rstrip('/')}/<name>.",
+                )
+
+    def replaceable(self, target: Path, shown: str) -> None:
+        """The one overwrite rule, applied in the call and again right before the swap (`staged_directory`):
+        `target` is no read root, state directory or output root and holds none; it is an earlier output of
+        this server that the state directory recorded writing, holding no git repository
+        (`atomic.check_replaceable`); and no file below it is tracked by an enclosing repository."""
         for root in self.roots:
             if is_within(root, target):
                 what = "is a read root" if root == target else "contains a read root"
-                raise ToolFailure(
-                    ErrorCode.PROTECTED_PATH,
-                    f"{shown} {what} of this server; overwrite replaces only an earlier output of this server, never a "
-                    "read root, a git repository, a protected path or the state directory. Choose a new output directory.",
-                )
+                raise ToolFailure(ErrorCode.PROTECTED_PATH, f"{shown} {what} of this server; {REPLACE_RULE}.")
         if self.state_dir is not None and (is_within(self.state_dir, target) or is_within(target, self.state_dir)):
             raise ToolFailure(
-                ErrorCode.PROTECTED_PATH,
-                f"{shown} is or holds the server's state directory; overwrite replaces only an earlier output of this "
-                "server. Choose a new output directory.",
+                ErrorCode.PROTECTED_PATH, f"{shown} is, holds or lies in the server's state directory; {REPLACE_RULE}."
             )
-        check_replaceable(target, shown)
+        self.output_place(target, shown)
+        if self.outputs is None:
+            raise ToolFailure(
+                ErrorCode.PROTECTED_PATH,
+                f"{shown} exists and this server has no state directory recording its outputs, so it cannot tell an "
+                f"earlier output; {REPLACE_RULE}, or delete {shown} yourself.",
+            )
+        check_replaceable(target, shown, self.outputs)
+        self._refuse_tracked(target, shown)
+
+    def record_output(self, target: Path, shown: str) -> None:
+        """Record an output once its swap succeeded, so a later overwrite recognises it."""
+        if self.outputs is None:
+            return
+        try:
+            self.outputs.record(target)
+        except OSError as exc:
+            raise ToolFailure(
+                ErrorCode.FAILED,
+                f"{shown} was written, but recording it in the state directory failed ({exc.strerror or exc}); "
+                "overwrite will not recognise it as this server's output (delete it yourself to write it again).",
+            ) from None
+
+    def _refuse_tracked(self, target: Path, shown: str) -> None:
+        """Refuse when the nearest git work tree holding `target` tracks any file below it (`git ls-files`,
+        through the hardened runner). A work tree outside the read roots cannot be checked: refused."""
+        top = next((place for place in target.parents if os.path.lexists(place / ".git")), None)
+        if top is None:
+            return
+        advice = f"Choose a new output directory, or delete {shown} yourself if it is yours."
+        if not self.is_readable(top):
+            raise ToolFailure(
+                ErrorCode.PROTECTED_PATH,
+                f"{shown} lies inside a git work tree outside the server's read roots, so whether that repository "
+                f"tracks files below it cannot be checked; overwrite never replaces tracked files. {advice}",
+            )
+        from .git import open_repository  # git.py builds on this module
+
+        where = self.display(top)
+        where = "the read root" if where == "." else where
+        try:
+            repo = open_repository(top, self)
+            relative = target.relative_to(repo.top).as_posix()
+            listed = repo.run("ls-files", "-z", "--", f":(literal){relative}")
+        except (ToolFailure, ValueError) as exc:
+            detail = exc.message if isinstance(exc, ToolFailure) else "it does not hold the output"
+            raise ToolFailure(
+                ErrorCode.PROTECTED_PATH,
+                f"{shown} lies inside the git work tree at {where}, whose tracked files could not be listed ({detail}); "
+                f"overwrite never replaces tracked files. {advice}",
+            ) from None
+        names = [name.decode("utf-8", "replace") for name in listed.split(b"\0") if name]
+        if names:
+            raise ToolFailure(
+                ErrorCode.PROTECTED_PATH,
+                f"{shown} holds {len(names)} file(s) tracked by the git repository at {where} (e.g. {names[0]}): "
+                f"replacing it would lose their uncommitted edits and every untracked file beside them; overwrite "
+                f"never replaces tracked files. {advice}",
+            )
 
     def require_mode_allows(self, effect: Effect, tool: str) -> None:
         if self.mode is Mode.REVIEW and effect is Effect.WRITES:

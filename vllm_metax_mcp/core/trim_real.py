@@ -43,8 +43,9 @@ from .extract_script import (
 )
 from .hfconfig import analyse
 from .jobs import JOB_MARKER_ENV, stop_requested
-from .policy import copy_resolved
+from .policy import Policy, copy_resolved
 from .safetensors_index import CheckpointFiles, Tensor
+from .state import OutputRegistry, StateStore
 from .trim import Plan, Source, keep_submodel_whole
 from .trim_output import IMAGE_NAME, tiny_png
 from .weight_map import submodel_prefix
@@ -382,7 +383,8 @@ def run_job(spec: dict[str, Any], progress: Any) -> dict[str, Any]:
     reporter = _Reporter(progress, sum(item[5] for items in spec["shards"].values() for item in items))
     try:
         tag = os.environ.get(JOB_MARKER_ENV, "")
-        with staged_directory(target, replace=spec["overwrite"], tag=tag, shown=spec.get("shown")) as staging:
+        policy = _job_policy(spec)
+        with staged_directory(target, replace=spec["overwrite"], tag=tag, shown=spec.get("shown"), policy=policy) as staging:
             result = _build(staging, target, spec, reporter)
     except HeaderError as exc:
         raise _failure(f"the source changed since it was checked ({exc}); nothing was written.") from None
@@ -392,6 +394,14 @@ def run_job(spec: dict[str, Any], progress: Any) -> dict[str, Any]:
         ) from None
     reporter.start("done")
     return {**spec["output"], **result}
+
+
+def _job_policy(spec: dict[str, Any]) -> Policy:
+    """The call's policy again, with the state directory's output records: the worker checks the overwrite
+    rule right before its swap and records the new output, as an in-process tool does."""
+    rules = spec["policy"]
+    store = StateStore(Path(rules["state_dir"]))
+    return Policy.from_spec(rules, OutputRegistry(store))
 
 
 def _manifest(spec: dict[str, Any], verified: _Verified, files: dict[str, str], remaining: list[str]) -> dict[str, Any]:

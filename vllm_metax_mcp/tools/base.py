@@ -25,7 +25,7 @@ from ..core.jobs import JobHandle, Jobs
 from ..core.policy import Effect, Mode, Policy
 from ..core.results import record_result
 from ..core.safe_load import check_arguments
-from ..core.state import StateStore, check_state_dir, default_state_dir
+from ..core.state import OutputRegistry, StateStore, check_state_dir, default_state_dir
 
 JOB_WAIT_S = 20.0
 """How long a call waits for its job before answering with the job's id and progress."""
@@ -84,7 +84,7 @@ class Runtime:
 
     def __post_init__(self) -> None:
         self.jobs = Jobs(self.store)
-        self.policy.protect_state(self.store.root)  # never an output, never replaced
+        self.policy.protect_state(self.store.root, OutputRegistry(self.store))  # never an output; records the outputs
 
     @classmethod
     def create(

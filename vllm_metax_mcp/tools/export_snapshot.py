@@ -14,12 +14,13 @@ from .common import SubjectArgs, open_plugin_repo, open_plugin_subject
 
 
 class ExportInput(SubjectArgs):
-    output: str = Field(description="New directory under an output root that receives the snapshot.")
+    output: str = Field(description="New directory strictly inside an output root that receives the snapshot.")
     prefix: str = Field(default="", description="Only paths under this repository-relative prefix (e.g. vllm_metax/).")
     overwrite: bool = Field(
         default=False,
-        description="Replace an earlier output of this server (a directory carrying its marker, holding no git repository, "
-        "not a read root or protected path) — only once the new copy is complete.",
+        description="Replace an earlier output of this server (a directory carrying its marker that the server's state "
+        "directory recorded writing, holding no git repository and no file a repository tracks, not a read root, output "
+        "root or protected path) — only once the new copy is complete.",
     )
 
 
@@ -41,15 +42,17 @@ def export_snapshot(args: ExportInput, env: ToolEnv) -> ExportOutput:
 
     The repository itself is never touched; the output appears whole or not at all. The files are
     exactly the subject's, plus one small hidden marker (`.vllm-metax-mcp-export.json`: tool, subject,
-    tree hash) by which overwrite=true recognises an earlier export; overwrite never replaces anything
-    else (a git repository, a read root, a protected path, the state directory, or a tree holding one).
+    tree hash), which the server's state directory records, so overwrite=true recognises its own earlier
+    export (a marker alone, e.g. one a repository commits, is not enough); overwrite never replaces
+    anything else (a git repository, a read root, an output root, a protected path, the state directory,
+    a tree holding one, or files a repository tracks).
     """
     repo = open_plugin_repo(args, env)
     subject = open_plugin_subject(args, env, repo)
     target = env.policy.writable(args.output, overwrite=args.overwrite)
     tree_hash = subject.tree_hash()
     shown = env.policy.display(args.output)
-    with staged_directory(target, replace=args.overwrite, shown=shown) as staging:
+    with staged_directory(target, replace=args.overwrite, shown=shown, policy=env.policy) as staging:
         count = subject.export(staging, args.prefix)
         marker = staging / EXPORT_MARKER
         if marker.exists():

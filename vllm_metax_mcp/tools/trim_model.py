@@ -55,8 +55,9 @@ class TrimModelInput(PlanTrimInput):
     )
     overwrite: bool = Field(
         default=False,
-        description="Replace an earlier output of this server (a directory with its trim_manifest.json or export marker, "
-        "holding no git repository, not a read root or protected path) — only once the new one is complete.",
+        description="Replace an earlier output of this server (a directory with its trim_manifest.json or export marker "
+        "that the server's state directory recorded writing, holding no git repository and no file a repository tracks, "
+        "not a read root, output root or protected path) — only once the new one is complete.",
     )
     max_shard_bytes: int = Field(
         default=5_000_000_000, ge=1, description="real: the largest output shard (a bigger tensor gets a shard of its own)."
@@ -129,7 +130,7 @@ def _source_hashes(plan: Plan, directory: Path, policy: Policy) -> dict[str, str
 
 def _write_dummy(args: TrimModelInput, env: ToolEnv, source: Source, plan: Plan, planned: PlanTrimOutput, target: Path) -> TrimModelOutput:
     source_hashes = _source_hashes(plan, source.directory, env.policy)
-    with staged_directory(target, replace=args.overwrite, shown=env.policy.display(args.output)) as staging:
+    with staged_directory(target, replace=args.overwrite, shown=env.policy.display(args.output), policy=env.policy) as staging:
         (staging / "config.json").write_bytes(dump_config(plan.config))
         written = {"config.json": file_sha256(staging / "config.json")}
         written |= copy_assets(source.directory, plan.assets.copy, staging, env.policy)
@@ -215,6 +216,7 @@ def real_trim_spec(
         "target": str(target),
         "shown": env.policy.display(args.output),
         "overwrite": args.overwrite,
+        "policy": env.policy.to_spec(),  # the worker applies the overwrite rule again right before its swap
         "config": config_text,
         "assets": assets,
         "asset_sha256": {name: file_sha256(Path(path)) for name, path in assets.items()},
