@@ -495,3 +495,37 @@ def test_a_file_the_config_names_outside_the_roots_is_refused(key: str, tmp_path
     plain(repo, "config", "--unset-all", key)
     configure(repo, [(key, str(inside))])
     open_repository(repo, Policy.create([str(root)]))  # a file inside the roots is fine
+
+
+def test_an_interpolated_path_in_the_config_is_refused(tmp_path: Path) -> None:
+    """git expands `%(prefix)/` to its install prefix: a relative-looking value that leads outside."""
+    root = tmp_path / "root"
+    repo = make_repo(root / "repo")
+    configure(repo, [("core.excludesFile", "%(prefix)/../tmp/x")])
+    with pytest.raises(ToolFailure) as refused:
+        open_repository(repo, Policy.create([str(root)]))
+    assert refused.value.code is ErrorCode.OUTSIDE_ROOTS and "interpolates" in refused.value.message
+
+
+@pytest.mark.parametrize("entry", ["info/exclude", "info/attributes", "info/grafts", "shallow", "packed-refs", "refs/heads/x"])
+def test_a_git_dir_file_linking_out_or_blocking_is_refused(entry: str, tmp_path: Path) -> None:
+    """Files git reads from the git directory on the runner's calls: a link out of the roots, or a
+    FIFO (which would hang every call), refuses the repository through the CLI in both modes."""
+    root = tmp_path / "root"
+    repo = make_repo(root / "repo")
+    outside = tmp_path / "outside.fifo"
+    os.mkfifo(outside)
+    place = repo / ".git" / entry
+    place.parent.mkdir(parents=True, exist_ok=True)
+    if place.exists():
+        place.unlink()
+    place.symlink_to(outside)
+    arguments = {"plugin_repo": "repo", "upstream": "repo", "target": "HEAD", "paths": ["pkg/"]}
+    for mode in MODES:
+        answer, _ = call_cli(tmp_path, root, mode, "diff_model", arguments)
+        assert_refused(answer, "outside_roots", ("link outside",), tmp_path, f"{mode} {entry}")
+    place.unlink()
+    os.mkfifo(place)  # inside the roots, but a FIFO all the same
+    with pytest.raises(ToolFailure) as refused:
+        open_repository(repo, Policy.create([str(root)]))
+    assert refused.value.code is ErrorCode.BAD_INPUT and "FIFO" in refused.value.message

@@ -611,6 +611,22 @@ def test_overwrite_never_replaces_files_a_repository_tracks_even_in_its_own_outp
     assert tree_hashes(space["tmp"], skip=("state",)) == before  # .git/index included: ls-files wrote nothing
 
 
+def test_a_repository_created_inside_another_hides_nothing_the_outer_one_tracks(space: dict[str, Path]) -> None:
+    """`git init` below the output makes it the nearest work tree, which tracks nothing; the outer
+    repository still tracks the output's files, so every enclosing work tree is asked."""
+    rt = runtime(space)
+    repo = space["root"] / "plugin"
+    call(export_tool.SPEC, {**EXPORT, "output": "plugin/outs/snap", "overwrite": False}, rt)
+    git(repo, "add", "-f", "outs/snap")
+    git(repo, "commit", "-q", "-m", "keep the snapshot")
+    (repo / "outs" / "snap" / "README.md").write_text("edited, not committed\n")
+    git(repo / "outs", "init", "-q", ".")
+    before = tree_hashes(space["tmp"], skip=("state",))
+    failure = refused(export_tool.SPEC, {**EXPORT, "output": "plugin/outs/snap"}, rt, ErrorCode.PROTECTED_PATH)
+    assert "tracked by the git repository at plugin" in failure.message, failure.message
+    assert tree_hashes(space["tmp"], skip=("state",)) == before
+
+
 def test_overwrite_inside_a_work_tree_outside_the_read_roots_is_refused(space: dict[str, Path]) -> None:
     """Whether such a repository tracks the output cannot be checked without reading outside the roots."""
     outer = make_repo(space["tmp"] / "outer")

@@ -27,6 +27,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import stat
 import subprocess
 import threading
 from dataclasses import dataclass
@@ -123,15 +124,22 @@ def git_command(repo: Path, subcommand: str, *args: str) -> list[str]:
 
 
 def run_git(directory: Path, subcommand: str, *args: str, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        git_command(directory, subcommand, *args),
-        check=False,
-        input=input,
-        capture_output=True,
-        env=hardened_env(),
-        timeout=GIT_TIMEOUT_S,
-        stdin=None if input is not None else subprocess.DEVNULL,
-    )
+    try:
+        return subprocess.run(
+            git_command(directory, subcommand, *args),
+            check=False,
+            input=input,
+            capture_output=True,
+            env=hardened_env(),
+            timeout=GIT_TIMEOUT_S,
+            stdin=None if input is not None else subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired:
+        raise ToolFailure(
+            ErrorCode.BLOCKED,
+            f"git {subcommand} did not finish within {GIT_TIMEOUT_S} s in {directory.name}; a file git reads there "
+            "may be a FIFO or on a stalled file system. Check the repository by hand.",
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -289,6 +297,10 @@ FILE_KEYS = frozenset({"core.excludesfile", "core.attributesfile", "diff.orderfi
 """Keys naming a file git reads on the calls the runner makes (listing, diffs, logs): like an
 include, the file must lie inside the roots (a FIFO outside them would hang every call, and its
 content is read outside the policy). The user-level defaults are off: see `hardened_env`."""
+INTERPOLATED_PATH_PREFIXES = ("%(", ":(")
+"""git expands `%(prefix)/` (its install prefix) and newer `:(optional)` in path-valued keys."""
+GIT_DIR_SKIPPED = frozenset({"objects"})
+"""Checked by the object-store walk (alternates followed as git follows them)."""
 MAX_ALTERNATE_DEPTH = 5
 """git follows nested alternates this deep and no deeper."""
 MISSING_OBJECT = re.compile(
@@ -332,9 +344,19 @@ def guard_repository(repo: Repository) -> None:
         return
     guard = _Guard(repo)
     guard.check_config()
+    guard.check_git_dirs()
     guard.check_objects()
     with _GUARDED_LOCK:
         _GUARDED[key] = guard.watched
+
+
+def _blocks_readers(path: Path) -> bool:
+    """A FIFO or device: opening or reading it may wait forever."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
 
 
 class _Guard:
@@ -402,6 +424,13 @@ class _Guard:
 
     def _named_file(self, name: str, value: str) -> None:
         """A file a key names (relative to the work tree, as git resolves it from `-C top`) must lie inside the roots."""
+        if value.startswith(INTERPOLATED_PATH_PREFIXES):
+            raise ToolFailure(
+                ErrorCode.OUTSIDE_ROOTS,
+                f"The repository {self.shown(self.repo.top)} sets `{name}` to a path git interpolates ({value[:2]}...); "
+                "where it leads cannot be checked against the server's roots. Spell the path out, or unset the key.",
+                key=name,
+            )
         named = Path(os.path.expanduser(value))
         path = named if named.is_absolute() else self.repo.top / named
         self.watch(path)
@@ -430,6 +459,48 @@ class _Guard:
             )
 
     # -- object store ----------------------------------------------------------------------------
+
+    def check_git_dirs(self) -> None:
+        """Every entry of the git dirs (objects aside) is a regular file or a directory inside the roots:
+        git reads info/exclude, info/attributes, info/grafts, shallow, packed-refs and refs on the calls
+        the runner makes, and a link out of the roots (or a FIFO, which would hang every call) is refused."""
+        for top in dict.fromkeys((self.repo.git_dir, self.repo.common_dir)):
+            self._git_dir_entries(top, top)
+
+    def _git_dir_entries(self, top: Path, directory: Path) -> None:
+        self.watch(directory)
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            return
+        for entry in entries:
+            path = Path(entry.path)
+            if directory == top and entry.name in GIT_DIR_SKIPPED:
+                continue
+            if entry.is_symlink():
+                target = real(path)
+                if not self.inside(target):
+                    raise ToolFailure(
+                        ErrorCode.OUTSIDE_ROOTS,
+                        f"{self.shown(path)} in the git directory of {self.shown(self.repo.top)} is a link outside the "
+                        "server's roots; git would read it on every call. Replace the link with the file, or start "
+                        "the server with a --root covering it.",
+                    )
+                self.watch(path)
+                if _blocks_readers(target):
+                    raise self._not_a_file(path)
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                self._git_dir_entries(top, path)
+            elif _blocks_readers(path):
+                raise self._not_a_file(path)
+
+    def _not_a_file(self, path: Path) -> ToolFailure:
+        return ToolFailure(
+            ErrorCode.BAD_INPUT,
+            f"{self.shown(path)} in the git directory of {self.shown(self.repo.top)} is a FIFO or a device, which "
+            "would make git wait forever; remove it.",
+        )
 
     def check_objects(self) -> None:
         objects = self.repo.common_dir / "objects"

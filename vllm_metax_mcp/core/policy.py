@@ -328,11 +328,14 @@ class Policy:
             ) from None
 
     def _refuse_tracked(self, target: Path, shown: str) -> None:
-        """Refuse when the nearest git work tree holding `target` tracks any file below it (`git ls-files`,
-        through the hardened runner). A work tree outside the read roots cannot be checked: refused."""
-        top = next((place for place in target.parents if os.path.lexists(place / ".git")), None)
-        if top is None:
-            return
+        """Refuse when any git work tree holding `target` tracks a file below it (`git ls-files`, through
+        the hardened runner). Every enclosing work tree is asked, not only the nearest: a repository
+        created inside another hides nothing the outer one tracks. A work tree outside the read roots
+        cannot be checked: refused."""
+        for top in (place for place in target.parents if os.path.lexists(place / ".git")):
+            self._refuse_tracked_by(top, target, shown)
+
+    def _refuse_tracked_by(self, top: Path, target: Path, shown: str) -> None:
         advice = f"Choose a new output directory, or delete {shown} yourself if it is yours."
         if not self.is_readable(top):
             raise ToolFailure(
