@@ -21,11 +21,22 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workbench import UpstreamHistory, build_plugin_repo, build_upstream_history, git, upstream_source  # noqa: E402
+from workbench import (
+    UpstreamHistory,
+    build_plugin_repo,
+    build_upstream_history,
+    git,
+    upstream_source,
+)
 
-from bench.bench_diff_model import REGISTRATIONS, plugin_files  # noqa: E402
-from vllm_metax_mcp.tools.audit_commits import MAX_LIMITS, AuditCommitsInput, AuditCommitsOutput, audit_commits  # noqa: E402
-from vllm_metax_mcp.tools.base import Runtime, ToolEnv  # noqa: E402
+from bench.bench_diff_model import REGISTRATIONS, plugin_files
+from vllm_metax_mcp.tools.audit_commits import (
+    MAX_LIMITS,
+    AuditCommitsInput,
+    AuditCommitsOutput,
+    audit_commits,
+)
+from vllm_metax_mcp.tools.spec import Runtime, ToolEnv
 
 MODEL_DIRS = ("vllm/models/", "vllm/model_executor/models/")
 
@@ -39,10 +50,16 @@ def fine_grained_history(dest: Path, versions: list[str]) -> UpstreamHistory:
     history = build_upstream_history(dest, versions[:1], include=["vllm/"])
     for previous, version in zip(versions, versions[1:]):
         before, after = python_files(upstream_source(previous)), python_files(upstream_source(version))
-        changed = sorted(p for p in before.keys() | after.keys() if p not in before or p not in after or before[p].read_bytes() != after[p].read_bytes())
+        changed = sorted(
+            p
+            for p in before.keys() | after.keys()
+            if p not in before or p not in after or before[p].read_bytes() != after[p].read_bytes()
+        )
         models = [p for p in changed if p.startswith(MODEL_DIRS)]
         for path in models:
-            history.add_commit({path: after[path].read_text() if path in after else None}, f"[Model] {path} for v{version}")
+            history.add_commit(
+                {path: after[path].read_text() if path in after else None}, f"[Model] {path} for v{version}"
+            )
         rest = {p: (after[p].read_text() if p in after else None) for p in changed if p not in models}
         if rest:
             history.add_commit(rest, f"Release v{version}")
@@ -52,7 +69,9 @@ def fine_grained_history(dest: Path, versions: list[str]) -> UpstreamHistory:
 
 def run_tool(root: Path, base: str, target: str, action: str) -> tuple[float, AuditCommitsOutput]:
     env = ToolEnv(runtime=Runtime.create([str(root)], state_dir=str(root / "state")), tool="audit_commits")
-    arguments = AuditCommitsInput(plugin_repo="plugin", upstream="vllm", target=target, base=base, action=action, limit=MAX_LIMITS["commits"])
+    arguments = AuditCommitsInput(
+        plugin_repo="plugin", upstream="vllm", target=target, base=base, action=action, limit=MAX_LIMITS["commits"]
+    )
     start = time.perf_counter()
     output = audit_commits(arguments, env)
     return time.perf_counter() - start, output
@@ -63,9 +82,28 @@ def raw_git(root: Path, base: str, target: str, paths: list[str]) -> tuple[float
     found: set[str] = set()
     start = time.perf_counter()
     for path in paths:
-        out = subprocess.run(["git", "-C", str(root / "vllm"), "log", "-p", "--follow", "--no-color", "--format=@@%H",
-                              f"{base}..{target}", "--", path], capture_output=True, check=True, text=True, errors="replace").stdout
-        found |= {line[2:] for line in out.splitlines() if line.startswith("@@") and len(line) == 42 and " " not in line}
+        out = subprocess.run(
+            [
+                "git",
+                "-C",
+                str(root / "vllm"),
+                "log",
+                "-p",
+                "--follow",
+                "--no-color",
+                "--format=@@%H",
+                f"{base}..{target}",
+                "--",
+                path,
+            ],
+            capture_output=True,
+            check=True,
+            text=True,
+            errors="replace",
+        ).stdout
+        found |= {
+            line[2:] for line in out.splitlines() if line.startswith("@@") and len(line) == 42 and " " not in line
+        }
     return time.perf_counter() - start, found
 
 
@@ -85,12 +123,18 @@ def main() -> None:
         status_s, status = run_tool(root, base, target, "status")
         tracked = sorted({f.upstream for f in status.files if f.upstream and f.base})
         reference, by_git = raw_git(root, base, target, tracked)
-    print(f"history {base}..{target}: {commits} commits (built in {built:.1f} s); {len(status.files)} plugin files, "
-          f"{len(tracked)} upstream counterparts tracked")
+    print(
+        f"history {base}..{target}: {commits} commits (built in {built:.1f} s); {len(status.files)} plugin files, "
+        f"{len(tracked)} upstream counterparts tracked"
+    )
     mine = {c.sha for c in listed.commits}
-    print(f"listed {listed.summary.total} commits touching them; first page {len(listed.commits)} with symbols and dependents")
-    print(f"git log --follow finds {len(by_git)}: {len(mine - by_git)} listed only here, {len(by_git - mine)} only by git"
-          + "".join(f"\n  unknown: {u}" for u in listed.unknowns))
+    print(
+        f"listed {listed.summary.total} commits touching them; first page {len(listed.commits)} with symbols and dependents"
+    )
+    print(
+        f"git log --follow finds {len(by_git)}: {len(mine - by_git)} listed only here, {len(by_git - mine)} only by git"
+        + "".join(f"\n  unknown: {u}" for u in listed.unknowns)
+    )
     print(f"raw git log -p --follow, {len(tracked)} commands: {reference:6.2f} s")
     for label, seconds in (("cold list", cold), ("warm list", warm), ("warm status", status_s)):
         print(f"audit_commits {label:11} {seconds:6.2f} s   ratio {seconds / reference:5.2f}x git")

@@ -20,14 +20,34 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vllm_metax_mcp.tools.base import Runtime, ToolEnv  # noqa: E402
-from vllm_metax_mcp.tools.diff_model import MAX_PAIRS, DiffModelInput, DiffModelOutput, diff_model  # noqa: E402
-from workbench import build_plugin_repo, upstream_source  # noqa: E402
+from workbench import build_plugin_repo, upstream_source
+
+from vllm_metax_mcp.tools.diff_model import (
+    MAX_PAIRS,
+    DiffModelInput,
+    DiffModelOutput,
+    diff_model,
+)
+from vllm_metax_mcp.tools.spec import Runtime, ToolEnv
 
 FAMILY = "vllm/models/deepseek_v4"
 CLASSIC = (
-    "deepseek_v2", "deepseek_mtp", "deepseek_eagle", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen3_next",
-    "llama", "mixtral", "glm4", "glm4_moe", "glm4_moe_mtp", "kimi_linear", "minimax_m2", "ernie45_moe",
+    "deepseek_v2",
+    "deepseek_mtp",
+    "deepseek_eagle",
+    "qwen2",
+    "qwen2_moe",
+    "qwen3",
+    "qwen3_moe",
+    "qwen3_next",
+    "llama",
+    "mixtral",
+    "glm4",
+    "glm4_moe",
+    "glm4_moe_mtp",
+    "kimi_linear",
+    "minimax_m2",
+    "ernie45_moe",
 )
 
 REGISTRATIONS = {
@@ -55,7 +75,11 @@ def run_tool(root: Path, tree: Path, detail: str, releases: list[Path] | None = 
     roots = [str(root), str(tree), *(str(r) for r in releases or [])]
     env = ToolEnv(runtime=Runtime.create(roots, state_dir=str(root / "state")), tool="diff_model")
     arguments = DiffModelInput(
-        plugin_repo="plugin", upstream=str(tree), detail=detail, limit=MAX_PAIRS, releases=[str(r) for r in releases or []]
+        plugin_repo="plugin",
+        upstream=str(tree),
+        detail=detail,
+        limit=MAX_PAIRS,
+        releases=[str(r) for r in releases or []],
     )
     start = time.perf_counter()
     output = diff_model(arguments, env)
@@ -69,7 +93,14 @@ def git_stat(root: Path, trees: list[Path], output: DiffModelOutput) -> tuple[fl
     for tree in trees:
         for pair in pairs:
             subprocess.run(
-                ["git", "diff", "--no-index", "--stat", str(tree / (pair.upstream or "")), str(root / "plugin" / pair.local)],
+                [
+                    "git",
+                    "diff",
+                    "--no-index",
+                    "--stat",
+                    str(tree / (pair.upstream or "")),
+                    str(root / "plugin" / pair.local),
+                ],
                 capture_output=True,
                 check=False,
             )
@@ -92,7 +123,9 @@ def main() -> None:
             cold_releases, _ = run_tool(root, tree, "releases", releases)
             warm_releases, _ = run_tool(root, tree, "releases", releases)
             per_release, _ = git_stat(root, releases, output)
-    print(f"vLLM {version}: {output.total} plugin files, {compared} with an upstream counterpart; counts {output.counts}")
+    print(
+        f"vLLM {version}: {output.total} plugin files, {compared} with an upstream counterpart; counts {output.counts}"
+    )
     print(f"modules indexed {output.modules_indexed} (parsed cold {output.parsed})")
     print(f"git diff --no-index --stat over the {compared} pairs: {reference:6.2f} s")
     for label, seconds in (("cold summary", cold), ("warm summary", warm), ("warm symbols", symbols)):

@@ -23,10 +23,11 @@ import grimp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from vllm_metax_mcp.core.pyindex import ModuleIndex, RecordCache  # noqa: E402
-from vllm_metax_mcp.core.state import StateStore  # noqa: E402
-from vllm_metax_mcp.core.subjects import DirectorySubject  # noqa: E402
-from workbench import upstream_source  # noqa: E402
+from workbench import upstream_source
+
+from vllm_metax_mcp.core.code.module_index import ModuleIndex, RecordCache
+from vllm_metax_mcp.core.foundation.state import StateStore
+from vllm_metax_mcp.core.sources.subjects import DirectorySubject
 
 COLD_TARGET = 4.0
 WARM_TARGET = 1.0
@@ -76,10 +77,18 @@ def main() -> None:
         shutil.rmtree(state, ignore_errors=True)
     floor = parse_floor(tree)
     cold, warm = ours_cold / theirs_cold, ours_warm / theirs_warm
-    print(f"vLLM {version}: {modules} modules indexed ({parsed} parsed cold, {reparsed} warm), {imports} imports; grimp saw {grimp_modules}")
-    print(f"index cold {ours_cold:6.2f} s   grimp cold {theirs_cold:6.2f} s   ratio {cold:5.1f}x ({verdict(cold, COLD_TARGET)})")
-    print(f"index warm {ours_warm:6.2f} s   grimp warm {theirs_warm:6.2f} s   ratio {warm:5.1f}x ({verdict(warm, WARM_TARGET)})")
-    print(f"ast.parse alone, 2 processes {floor:6.2f} s = {floor / theirs_cold:4.1f}x grimp cold (the floor of an ast-based cold index)")
+    print(
+        f"vLLM {version}: {modules} modules indexed ({parsed} parsed cold, {reparsed} warm), {imports} imports; grimp saw {grimp_modules}"
+    )
+    print(
+        f"index cold {ours_cold:6.2f} s   grimp cold {theirs_cold:6.2f} s   ratio {cold:5.1f}x ({verdict(cold, COLD_TARGET)})"
+    )
+    print(
+        f"index warm {ours_warm:6.2f} s   grimp warm {theirs_warm:6.2f} s   ratio {warm:5.1f}x ({verdict(warm, WARM_TARGET)})"
+    )
+    print(
+        f"ast.parse alone, 2 processes {floor:6.2f} s = {floor / theirs_cold:4.1f}x grimp cold (the floor of an ast-based cold index)"
+    )
 
 
 if __name__ == "__main__":

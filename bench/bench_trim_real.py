@@ -22,16 +22,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from vllm_metax_mcp.core.trim import make_plan
-from vllm_metax_mcp.tools.base import Runtime, ToolEnv
+from vllm_metax_mcp.core.trim.plan import make_plan
 from vllm_metax_mcp.tools.plan_trim import gather, trim_request
+from vllm_metax_mcp.tools.spec import Runtime, ToolEnv
 from vllm_metax_mcp.tools.trim_model import TrimModelInput, real_trim_spec
 
 LAYERS = 8
 KEPT = [0, 1, 2, 3]
 CHILD = """
 import json, sys, time
-from vllm_metax_mcp.core.trim_real import run_job
+from vllm_metax_mcp.core.trim.real import run_job
 
 class Phases:
     def __init__(self):
@@ -57,17 +57,35 @@ def write_checkpoint(directory: Path, gib: float) -> tuple[int, int]:
     unit = int(gib * (1 << 30)) // (LAYERS + 2)
     cols = 4096
     rows = unit // (2 * cols)
-    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": LAYERS,
-              "hidden_size": cols, "vocab_size": rows, "num_attention_heads": 32, "intermediate_size": rows}
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "num_hidden_layers": LAYERS,
+        "hidden_size": cols,
+        "vocab_size": rows,
+        "num_attention_heads": 32,
+        "intermediate_size": rows,
+    }
     (directory / "config.json").write_text(json.dumps(config))
-    names = ["model.embed_tokens.weight", *(f"model.layers.{i}.mlp.down_proj.weight" for i in range(LAYERS)), "lm_head.weight"]
-    shards = {"model-00001-of-00002.safetensors": names[: len(names) // 2], "model-00002-of-00002.safetensors": names[len(names) // 2 :]}
+    names = [
+        "model.embed_tokens.weight",
+        *(f"model.layers.{i}.mlp.down_proj.weight" for i in range(LAYERS)),
+        "lm_head.weight",
+    ]
+    shards = {
+        "model-00001-of-00002.safetensors": names[: len(names) // 2],
+        "model-00002-of-00002.safetensors": names[len(names) // 2 :],
+    }
     size = rows * cols * 2
     block = os.urandom(1 << 24)
     for shard, members in shards.items():
         header = {"__metadata__": {"format": "pt"}}
         for number, name in enumerate(members):
-            header[name] = {"dtype": "BF16", "shape": [rows, cols], "data_offsets": [number * size, (number + 1) * size]}
+            header[name] = {
+                "dtype": "BF16",
+                "shape": [rows, cols],
+                "data_offsets": [number * size, (number + 1) * size],
+            }
         raw = json.dumps(header).encode()
         raw += b" " * (-len(raw) % 8)
         with open(directory / shard, "wb") as handle:
@@ -123,10 +141,16 @@ def main() -> None:
         phases = result["phases"]
         copy_s = phases["copying tensor bytes"]
         gbps = lambda s: retained / s / 1e9  # noqa: E731
-        print(f"checkpoint {gib:.1f} GiB, retained {retained / 2**30:.2f} GiB, largest shard {shard_bytes / 2**30:.2f} GiB")
+        print(
+            f"checkpoint {gib:.1f} GiB, retained {retained / 2**30:.2f} GiB, largest shard {shard_bytes / 2**30:.2f} GiB"
+        )
         print(f"raw copy (shutil.copyfile)       {reference:7.2f} s  {gbps(reference):6.2f} GB/s")
-        print(f"trim: copy phase                 {copy_s:7.2f} s  {gbps(copy_s):6.2f} GB/s  ratio {reference / copy_s:.2f} (target >= 0.8)")
-        print(f"trim: whole job                  {result['total']:7.2f} s  {gbps(result['total']):6.2f} GB/s  ratio {reference / result['total']:.2f}")
+        print(
+            f"trim: copy phase                 {copy_s:7.2f} s  {gbps(copy_s):6.2f} GB/s  ratio {reference / copy_s:.2f} (target >= 0.8)"
+        )
+        print(
+            f"trim: whole job                  {result['total']:7.2f} s  {gbps(result['total']):6.2f} GB/s  ratio {reference / result['total']:.2f}"
+        )
         for phase, seconds in phases.items():
             print(f"   {phase:<45} {seconds:7.2f} s")
         print(f"peak RSS of the job and extract.py: {peak / 2**20:.0f} MiB = {peak / shard_bytes:.3f} of one shard")

@@ -40,9 +40,17 @@ UPSTREAM_RELEASES = {
     "v0.2.0": {"vllm/model_executor/models/deepseek_v2.py": "class DeepseekV2ForCausalLM:\n    dtype = 'fp8'\n"},
 }
 TINY_CONFIG = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 4, "hidden_size": 128,
-    "intermediate_size": 256, "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 4,
-    "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "torch_dtype": "float32",
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "num_hidden_layers": 4,
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "vocab_size": 4,
+    "max_position_embeddings": 256,
+    "rms_norm_eps": 1e-5,
+    "torch_dtype": "float32",
 }
 
 
@@ -78,9 +86,13 @@ def build_workspace(root: Path) -> dict[str, Path]:
     write_files(plugin, PLUGIN_FILES)
     git(plugin, "add", "-A")
     git(plugin, "commit", "-qm", "initial plugin")
-    write_files(plugin, {"vllm_metax/models/deepseek_v2.py": "class DeepseekV2ForCausalLM:\n    dtype = 'int8'  # staged\n"})
+    write_files(
+        plugin, {"vllm_metax/models/deepseek_v2.py": "class DeepseekV2ForCausalLM:\n    dtype = 'int8'  # staged\n"}
+    )
     git(plugin, "add", "-A")
-    write_files(plugin, {"vllm_metax/models/deepseek_v2.py": "class DeepseekV2ForCausalLM:\n    dtype = 'fp8'  # unstaged\n"})
+    write_files(
+        plugin, {"vllm_metax/models/deepseek_v2.py": "class DeepseekV2ForCausalLM:\n    dtype = 'fp8'  # unstaged\n"}
+    )
     for tag, files in UPSTREAM_RELEASES.items():
         write_files(upstream, files)
         git(upstream, "add", "-A")
@@ -113,7 +125,16 @@ async def drive(paths: dict[str, Path], state: Path) -> None:
     params = StdioServerParameters(
         command=command[0],
         # --python: the interpreter the server may run (probes, smoke tests); here the demo's own
-        args=[*command[1:], "serve", "--root", str(paths["plugin"].parent), "--state-dir", str(state), "--python", sys.executable],
+        args=[
+            *command[1:],
+            "serve",
+            "--root",
+            str(paths["plugin"].parent),
+            "--state-dir",
+            str(state),
+            "--python",
+            sys.executable,
+        ],
     )
     async with Client(params) as client:
         tools = await client.list_tools()
@@ -121,21 +142,52 @@ async def drive(paths: dict[str, Path], state: Path) -> None:
         plugin = {"plugin_repo": "vllm-metax"}
         calls = [
             ("environment show", "environment", {**plugin, "action": "show"}),
-            ("environment establish", "environment", {
-                **plugin, "action": "establish", "subject": "index", "upstream": "vllm", "target": "v0.2.0",
-                "python": sys.executable,
-            }),
-            ("environment confirm", "environment", {**plugin, "action": "confirm", "upstream": "vllm", "target": "v0.2.0"}),
+            (
+                "environment establish",
+                "environment",
+                {
+                    **plugin,
+                    "action": "establish",
+                    "subject": "index",
+                    "upstream": "vllm",
+                    "target": "v0.2.0",
+                    "python": sys.executable,
+                },
+            ),
+            (
+                "environment confirm",
+                "environment",
+                {**plugin, "action": "confirm", "upstream": "vllm", "target": "v0.2.0"},
+            ),
             ("diff_model of the staged model", "diff_model", {**plugin, "subject": "index", "detail": "symbols"}),
-            ("trace_dependency from the registration", "trace_dependency", {**plugin, "arch": "DeepseekV2ForCausalLM", "limit": 5}),
+            (
+                "trace_dependency from the registration",
+                "trace_dependency",
+                {**plugin, "arch": "DeepseekV2ForCausalLM", "limit": 5},
+            ),
             ("audit_commits of the release range", "audit_commits", {**plugin, "action": "list", "base": "v0.1.0"}),
             ("inspect_config of the tiny model", "inspect_config", {**plugin, "model": "tiny-model"}),
             ("plan_trim of the tiny model", "plan_trim", {**plugin, "model": "tiny-model"}),
-            ("trim_model (dummy)", "trim_model", {**plugin, "model": "tiny-model", "output": "tiny-trimmed", "output_mode": "dummy"}),
-            ("trim_model (real weights: copied, verified, extract.py proven)", "trim_model",
-             {**plugin, "model": "tiny-model", "output": "tiny-trimmed-real", "output_mode": "real"}),
-            ("export_snapshot of the staged index", "export_snapshot", {**plugin, "subject": "index", "output": "staged-snapshot"}),
-            ("run_smoke_test (needs a vLLM in the recorded interpreter)", "run_smoke_test", {**plugin, "model": "tiny-trimmed"}),
+            (
+                "trim_model (dummy)",
+                "trim_model",
+                {**plugin, "model": "tiny-model", "output": "tiny-trimmed", "output_mode": "dummy"},
+            ),
+            (
+                "trim_model (real weights: copied, verified, extract.py proven)",
+                "trim_model",
+                {**plugin, "model": "tiny-model", "output": "tiny-trimmed-real", "output_mode": "real"},
+            ),
+            (
+                "export_snapshot of the staged index",
+                "export_snapshot",
+                {**plugin, "subject": "index", "output": "staged-snapshot"},
+            ),
+            (
+                "run_smoke_test (needs a vLLM in the recorded interpreter)",
+                "run_smoke_test",
+                {**plugin, "model": "tiny-trimmed"},
+            ),
             ("jobs", "jobs", {"action": "list"}),
         ]
         for title, tool, arguments in calls:

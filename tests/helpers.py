@@ -14,22 +14,29 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from vllm_metax_mcp.core.atomic import write_bytes_atomic
-from vllm_metax_mcp.core.policy import Effect
-from vllm_metax_mcp.tools.base import JobOutput, ToolEnv, ToolOutput, ToolSpec
+from vllm_metax_mcp.core.foundation.atomic import write_bytes_atomic
+from vllm_metax_mcp.core.foundation.policy import Effect
+from vllm_metax_mcp.tools.spec import JobOutput, ToolEnv, ToolOutput, ToolSpec
 
 TESTS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = TESTS_DIR.parent
 JOB_MARKER_ENV = "VLLM_METAX_MCP_JOB"
 
 GIT_IDENTITY = (
-    "-c", "user.name=Test Author",
-    "-c", "user.email=test@example.invalid",
-    "-c", "init.defaultBranch=main",
-    "-c", "commit.gpgsign=false",
-    "-c", "tag.gpgsign=false",
-    "-c", f"core.hooksPath={os.devnull}",
-    "-c", "core.fsmonitor=false",
+    "-c",
+    "user.name=Test Author",
+    "-c",
+    "user.email=test@example.invalid",
+    "-c",
+    "init.defaultBranch=main",
+    "-c",
+    "commit.gpgsign=false",
+    "-c",
+    "tag.gpgsign=false",
+    "-c",
+    f"core.hooksPath={os.devnull}",
+    "-c",
+    "core.fsmonitor=false",
 )
 
 

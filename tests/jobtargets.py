@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vllm_metax_mcp.core.errors import ErrorCode, ToolFailure
+from vllm_metax_mcp.core.foundation.errors import ErrorCode, ToolFailure
 
 # The child sleeps and starts two grandchildren: one in the worker's process group, one that
 # moves to a session of its own (it escapes a plain killpg, but still carries the job marker).

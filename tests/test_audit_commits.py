@@ -19,13 +19,14 @@ import pytest
 from mcp import Client
 from workbench import build_plugin_repo, build_upstream_history, default_maca_edit, git
 
-from vllm_metax_mcp.core.commits import is_production
-from vllm_metax_mcp.core.errors import ToolFailure
+from vllm_metax_mcp.core.audit.commits import is_production
+from vllm_metax_mcp.core.foundation.errors import ToolFailure
 from vllm_metax_mcp.server.app import build_server
 from vllm_metax_mcp.tools import audit_commits as tool
-from vllm_metax_mcp.tools import trace_dependency as trace_tool
 from vllm_metax_mcp.tools import environment as environment_tool
-from vllm_metax_mcp.tools.base import Runtime, ToolEnv, invoke
+from vllm_metax_mcp.tools import trace_dependency as trace_tool
+from vllm_metax_mcp.tools.dispatch import invoke
+from vllm_metax_mcp.tools.spec import Runtime, ToolEnv
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +42,7 @@ COPIES = {
 }
 FILES = sorted(COPIES)
 RELEASES = ["v0.26.0", "v0.33.0"]
-MOE_USERS = '''\
+MOE_USERS = """\
 from vllm.models.deepseek_v4.nvidia.model import DeepseekV4MoE
 
 
@@ -52,8 +53,8 @@ class MacaMoE(DeepseekV4MoE):
 
 def build_moe(*args, **kwargs):
     return DeepseekV4MoE(*args, **kwargs)
-'''
-MOE_PATCH = '''\
+"""
+MOE_PATCH = """\
 from vllm.models.deepseek_v4.nvidia import model as v4_model
 
 
@@ -62,7 +63,7 @@ def maca_moe_init(self, *args, **kwargs):
 
 
 v4_model.DeepseekV4MoE.__init__ = maca_moe_init
-'''
+"""
 
 
 def maca_edits(local: str, text: str) -> str:
@@ -83,32 +84,44 @@ def add_history(history: Any) -> dict[str, str]:
     shas["moe"] = history.add_commit(
         {
             f"{V4}/nvidia/model.py": model.replace(
-                "        self.reduce_results = reduce_results\n", "        self.reduce_results = reduce_results\n        self.expert_bias = None\n"
+                "        self.reduce_results = reduce_results\n",
+                "        self.reduce_results = reduce_results\n        self.expert_bias = None\n",
             ),
-            LAYERNORM: text(LAYERNORM) + "\n\ndef rms_norm_eps_floor(eps: float) -> float:\n    return max(eps, 1e-12)\n",
+            LAYERNORM: text(LAYERNORM)
+            + "\n\ndef rms_norm_eps_floor(eps: float) -> float:\n    return max(eps, 1e-12)\n",
             "tests/kernels/test_layernorm_eps.py": "def test_eps_floor():\n    assert True\n",
         },
         "[Model] DeepSeek V4 MoE expert bias; RMSNorm eps floor",
     )
     shas["before_move"] = history.add_commit(
-        {f"{V4}/attention.py": attention.replace(
-            "    cache_config: CacheConfig | None,\n) -> tuple[str, torch.dtype]:",
-            "    cache_config: CacheConfig | None,\n    strict: bool = False,\n) -> tuple[str, torch.dtype]:",
-        )},
+        {
+            f"{V4}/attention.py": attention.replace(
+                "    cache_config: CacheConfig | None,\n) -> tuple[str, torch.dtype]:",
+                "    cache_config: CacheConfig | None,\n    strict: bool = False,\n) -> tuple[str, torch.dtype]:",
+            )
+        },
         "[Attention] strict kv-cache dtype resolution",
     )
     shas["move"] = history.add_commit(
         {f"{V4}/attention.py": None, f"{V4}/nvidia/attention.py": text(f"{V4}/attention.py")},
         "[Refactor] move DeepSeek V4 attention into nvidia/",
     )
-    shas["tests_only"] = history.add_commit({"tests/models/test_deepseek_v4.py": "def test_v4():\n    assert True\n"}, "[CI] V4 test")
+    shas["tests_only"] = history.add_commit(
+        {"tests/models/test_deepseek_v4.py": "def test_v4():\n    assert True\n"}, "[CI] V4 test"
+    )
     shas["docs_only"] = history.add_commit({"docs/models/deepseek_v4.md": "# DeepSeek V4\n"}, "[Doc] DeepSeek V4")
     shas["unrelated"] = history.add_commit(
-        {"vllm/model_executor/models/qwen2.py": text("vllm/model_executor/models/qwen2.py") + "\n\ndef qwen2_marker() -> int:\n    return 2\n"},
+        {
+            "vllm/model_executor/models/qwen2.py": text("vllm/model_executor/models/qwen2.py")
+            + "\n\ndef qwen2_marker() -> int:\n    return 2\n"
+        },
         "[Model] qwen2 marker",
     )
     shas["after_move"] = history.add_commit(
-        {f"{V4}/nvidia/attention.py": text(f"{V4}/nvidia/attention.py") + "\n\ndef dsv4_backend_name() -> str:\n    return 'flashmla'\n"},
+        {
+            f"{V4}/nvidia/attention.py": text(f"{V4}/nvidia/attention.py")
+            + "\n\ndef dsv4_backend_name() -> str:\n    return 'flashmla'\n"
+        },
         "[Attention] backend name",
     )
     shas["ernie"] = history.add_commit(
@@ -145,11 +158,18 @@ def workspace(tmp_path_factory: pytest.TempPathFactory, upstream_026: Path) -> d
     history = build_upstream_history(root / "vllm", ["0.26.0", "0.33.0"], include=["vllm/"])
     shas = add_history(history)
     shas["v0.33.0"] = history.rev_parse("v0.33.0")
-    plugin = build_plugin_repo(root / "plugin", upstream_026, COPIES, edits=maca_edits,
-                               registrations={"DeepseekV4ForCausalLM": "vllm_metax.models.deepseek_v4.model:DeepseekV4ForCausalLM"})
+    plugin = build_plugin_repo(
+        root / "plugin",
+        upstream_026,
+        COPIES,
+        edits=maca_edits,
+        registrations={"DeepseekV4ForCausalLM": "vllm_metax.models.deepseek_v4.model:DeepseekV4ForCausalLM"},
+    )
     for relative, text in {
-        "vllm_metax/layers/__init__.py": "", "vllm_metax/layers/maca_moe.py": MOE_USERS,
-        "vllm_metax/patch/__init__.py": "", "vllm_metax/patch/moe_patch.py": MOE_PATCH,
+        "vllm_metax/layers/__init__.py": "",
+        "vllm_metax/layers/maca_moe.py": MOE_USERS,
+        "vllm_metax/patch/__init__.py": "",
+        "vllm_metax/patch/moe_patch.py": MOE_PATCH,
     }.items():
         (plugin / relative).parent.mkdir(parents=True, exist_ok=True)
         (plugin / relative).write_text(text)
@@ -194,7 +214,9 @@ def test_exact_commits_per_file_from_each_files_closest_release(workspace: dict[
         "vllm_metax/models/ernie45.py": (ERNIE, "v0.33.0", 1),
     }
     assert listed.summary.model_dump() == {"total": 6, "with_entry": 0, "without_entry": 6}
-    assert [c.sha for c in listed.commits] == [workspace["shas"][n] for n in ("v0.33.0", "moe", "before_move", "move", "after_move", "ernie")]
+    assert [c.sha for c in listed.commits] == [
+        workspace["shas"][n] for n in ("v0.33.0", "moe", "before_move", "move", "after_move", "ernie")
+    ]
 
 
 def test_one_base_for_every_file_narrows_or_widens_the_ranges(workspace: dict[str, Any]) -> None:
@@ -217,16 +239,27 @@ def test_one_base_for_every_file_narrows_or_widens_the_ranges(workspace: dict[st
 def test_production_and_other_files_are_split_by_path_evidence(workspace: dict[str, Any], listed: Any) -> None:
     moe = by_sha(listed)[workspace["shas"]["moe"]]
     assert moe.files.model_dump() == {
-        "mapped": [f"{V4}/nvidia/model.py"], "renamed_from": {},
-        "production": [LAYERNORM], "production_total": 1,
-        "other": ["tests/kernels/test_layernorm_eps.py"], "other_total": 1,
+        "mapped": [f"{V4}/nvidia/model.py"],
+        "renamed_from": {},
+        "production": [LAYERNORM],
+        "production_total": 1,
+        "other": ["tests/kernels/test_layernorm_eps.py"],
+        "other_total": 1,
     }
     assert moe.subject.startswith("[Model]") and moe.author == "vLLM Contributor <contributor@vllm.invalid>"
     release = by_sha(listed)[workspace["shas"]["v0.33.0"]]
     assert release.files.production_total > 1000 and len(release.files.production) == tool.SHOWN
     assert all(is_production(p) for p in release.files.production)
-    assert [is_production(p) for p in ("docs/a.md", "benchmarks/x.py", ".buildkite/t.yaml", "vllm/a/test_b.py", "csrc/x.cu", "vllm/x.json")] == [
-        False, False, False, False, True, False,
+    assert [
+        is_production(p)
+        for p in ("docs/a.md", "benchmarks/x.py", ".buildkite/t.yaml", "vllm/a/test_b.py", "csrc/x.cu", "vllm/x.json")
+    ] == [
+        False,
+        False,
+        False,
+        False,
+        True,
+        False,
     ]
 
 
@@ -234,7 +267,9 @@ def test_renames_and_moves_are_followed(workspace: dict[str, Any], listed: Any) 
     move = by_sha(listed)[workspace["shas"]["move"]]
     assert move.files.mapped == [f"{V4}/nvidia/attention.py"]
     assert move.files.renamed_from == {f"{V4}/nvidia/attention.py": f"{V4}/attention.py"}
-    assert [(c.symbol, c.change) for c in move.changed_symbols] == [("vllm.models.deepseek_v4.nvidia.attention:*", "moved")]
+    assert [(c.symbol, c.change) for c in move.changed_symbols] == [
+        ("vllm.models.deepseek_v4.nvidia.attention:*", "moved")
+    ]
     before = by_sha(listed)[workspace["shas"]["before_move"]]
     assert before.files.mapped == [f"{V4}/attention.py"]
     assert [(c.symbol, c.change) for c in before.changed_symbols] == [
@@ -247,7 +282,11 @@ def test_renames_and_moves_are_followed(workspace: dict[str, Any], listed: Any) 
     # detection: the path the pairing found at the base is listed as well, and the gap is said
     release = by_sha(listed)[workspace["shas"]["v0.33.0"]]
     old = f"{V4}/common/ops/fused_qk_rmsnorm.py"
-    assert release.files.mapped == ["vllm/models/common/ops/fused_qk_rmsnorm.py", f"{V4}/attention.py", f"{V4}/nvidia/model.py"]
+    assert release.files.mapped == [
+        "vllm/models/common/ops/fused_qk_rmsnorm.py",
+        f"{V4}/attention.py",
+        f"{V4}/nvidia/model.py",
+    ]
     assert release.files.renamed_from == {"vllm/models/common/ops/fused_qk_rmsnorm.py": old}
     assert files[f"{PKG}/fused_qk_rmsnorm.py"].followed == [old]
     assert [u for u in status.unknowns if "git found no rename" in u] == [
@@ -259,7 +298,9 @@ def test_renames_and_moves_are_followed(workspace: dict[str, Any], listed: Any) 
 def test_changed_symbols_and_dependent_plugin_symbols(workspace: dict[str, Any], listed: Any) -> None:
     moe = by_sha(listed)[workspace["shas"]["moe"]]
     changed = "vllm.models.deepseek_v4.nvidia.model:DeepseekV4MoE.__init__"
-    assert [(c.file, c.symbol, c.change) for c in moe.changed_symbols] == [(f"{V4}/nvidia/model.py", changed, "changed")]
+    assert [(c.file, c.symbol, c.change) for c in moe.changed_symbols] == [
+        (f"{V4}/nvidia/model.py", changed, "changed")
+    ]
     assert {(d.plugin_symbol, d.how) for d in moe.dependent_plugin_symbols} == {
         ("vllm_metax.models.deepseek_v4.model:DeepseekV4MoE.__init__", "copy"),
         ("vllm_metax.layers.maca_moe:MacaMoE", "subclass"),
@@ -270,14 +311,18 @@ def test_changed_symbols_and_dependent_plugin_symbols(workspace: dict[str, Any],
     }
     assert {d.upstream_symbol for d in moe.dependent_plugin_symbols} == {changed}
     after = by_sha(listed)[workspace["shas"]["after_move"]]
-    assert [(c.symbol, c.change) for c in after.changed_symbols] == [("vllm.models.deepseek_v4.nvidia.attention:dsv4_backend_name", "added")]
+    assert [(c.symbol, c.change) for c in after.changed_symbols] == [
+        ("vllm.models.deepseek_v4.nvidia.attention:dsv4_backend_name", "added")
+    ]
 
 
 def test_dependencies_widen_the_mapped_files(workspace: dict[str, Any]) -> None:
     wide = run(workspace, base="v0.33.0", include_dependencies=True, limit=50)
     moe = by_sha(wide)[workspace["shas"]["moe"]]
     assert moe.files.mapped == [LAYERNORM, f"{V4}/nvidia/model.py"] and moe.files.production == []
-    assert ("vllm.model_executor.layers.layernorm:rms_norm_eps_floor", "added") in {(c.symbol, c.change) for c in moe.changed_symbols}
+    assert ("vllm.model_executor.layers.layernorm:rms_norm_eps_floor", "added") in {
+        (c.symbol, c.change) for c in moe.changed_symbols
+    }
     names = {sha: name for name, sha in workspace["shas"].items()}
     assert {names[c.sha] for c in wide.commits} == {"moe", "before_move", "move", "after_move", "ernie"}
 
@@ -307,10 +352,14 @@ def test_default_pages_stay_small(workspace: dict[str, Any]) -> None:
 def entry(ws: dict[str, Any], commit: str, file: str, **extra: Any) -> dict[str, Any]:
     upstream_line = {"kind": "file", "path": f"{V4}/nvidia/model.py", "line": 207, "rev": ws["shas"]["moe"]}
     return {
-        "commit": ws["shas"][commit], "file": file, "disposition": "merge", "local_edit": True,
+        "commit": ws["shas"][commit],
+        "file": file,
+        "disposition": "merge",
+        "local_edit": True,
         "affected_interface": "DeepseekV4MoE.__init__ sets expert_bias",
         "plugin_symbols": ["vllm_metax.models.deepseek_v4.model:DeepseekV4MoE.__init__"],
-        "evidence": [upstream_line, {"kind": "note", "text": "copy needs the new attribute"}], **extra,
+        "evidence": [upstream_line, {"kind": "note", "text": "copy needs the new attribute"}],
+        **extra,
     }
 
 
@@ -319,11 +368,22 @@ def test_refusals_are_precise(workspace: dict[str, Any]) -> None:
     cases = {
         "note": entry(workspace, "moe", model, evidence=[{"kind": "note", "text": "the title says MoE"}]),
         "own_commit": entry(workspace, "moe", model, evidence=[{"kind": "commit", "sha": workspace["shas"]["moe"]}]),
-        "no_line": entry(workspace, "moe", model, evidence=[{"kind": "file", "path": f"{V4}/nvidia/model.py", "line": 99999, "rev": "main"}]),
-        "no_path": entry(workspace, "moe", model, evidence=[{"kind": "file", "path": f"{V4}/attention.py", "line": 1, "rev": "main"}]),
-        "evidence_outside": entry(workspace, "moe", model, evidence=[{"kind": "commit", "sha": workspace["shas"]["v0.33.0"]}]),
+        "no_line": entry(
+            workspace,
+            "moe",
+            model,
+            evidence=[{"kind": "file", "path": f"{V4}/nvidia/model.py", "line": 99999, "rev": "main"}],
+        ),
+        "no_path": entry(
+            workspace, "moe", model, evidence=[{"kind": "file", "path": f"{V4}/attention.py", "line": 1, "rev": "main"}]
+        ),
+        "evidence_outside": entry(
+            workspace, "moe", model, evidence=[{"kind": "commit", "sha": workspace["shas"]["v0.33.0"]}]
+        ),
         "entry_outside": entry(workspace, "v0.33.0", "vllm_metax/models/ernie45.py", plugin_symbols=[]),
-        "no_result": entry(workspace, "moe", model, evidence=[{"kind": "tool_result", "result_id": "r-0123456789abcdef01234567"}]),
+        "no_result": entry(
+            workspace, "moe", model, evidence=[{"kind": "tool_result", "result_id": "r-0123456789abcdef01234567"}]
+        ),
         "no_symbol": entry(workspace, "moe", model, plugin_symbols=["vllm_metax.models.deepseek_v4.model:NoSuchClass"]),
         "not_audited": entry(workspace, "moe", "vllm_metax/layers/maca_moe.py"),
     }
@@ -349,13 +409,26 @@ def test_batch_record_answers_each_entry_and_survives_a_restart(workspace: dict[
     entries = [
         entry(workspace, "moe", f"{PKG}/model.py"),
         entry(workspace, "docs_only", f"{PKG}/model.py", evidence=[{"kind": "note", "text": "docs"}]),
-        {**entry(workspace, "move", attention), "disposition": "inherited", "local_edit": False, "plugin_symbols": [],
-         "affected_interface": "module path only", "evidence": [plugin_line, {"kind": "commit", "sha": shas["before_move"][:12]}]},
+        {
+            **entry(workspace, "move", attention),
+            "disposition": "inherited",
+            "local_edit": False,
+            "plugin_symbols": [],
+            "affected_interface": "module path only",
+            "evidence": [plugin_line, {"kind": "commit", "sha": shas["before_move"][:12]}],
+        },
     ]
     result = run(workspace, action="record", releases=RELEASES, entries=entries)
-    assert [(r.index, r.accepted, r.code) for r in result.results] == [(0, True, None), (1, False, "bad_input"), (2, True, None)]
+    assert [(r.index, r.accepted, r.code) for r in result.results] == [
+        (0, True, None),
+        (1, False, "bad_input"),
+        (2, True, None),
+    ]
     keys = {f"{shas['moe']} {PKG}/model.py", f"{shas['move']} {attention}"}
-    assert set(json.loads((workspace["root"] / "state" / "ledgers" / f"{result.ledger_id}.json").read_text())["entries"]) == keys
+    assert (
+        set(json.loads((workspace["root"] / "state" / "ledgers" / f"{result.ledger_id}.json").read_text())["entries"])
+        == keys
+    )
     # a new server on the same state directory: no releases or base needed, the ledger remembers the bases
     later = run(workspace, action="status")
     assert later.summary.model_dump() == {"total": 6, "with_entry": 2, "without_entry": 4}
@@ -376,26 +449,69 @@ def test_batch_record_answers_each_entry_and_survives_a_restart(workspace: dict[
 
 def test_recording_needs_a_confirmed_target(workspace: dict[str, Any]) -> None:
     other = workspace["root"] / "state-unconfirmed"
-    call(workspace, environment_tool.SPEC, {"action": "establish", "plugin_repo": "plugin", "upstream": "vllm", "target": "main",
-                                            "python": str(workspace["python"])}, state=other.name)
-    for action, extra in (("record", {"entries": [entry(workspace, "moe", f"{PKG}/model.py")]}), ("baseline", {}),
-                          ("annotate", {"entries": [{"node": "vllm.model_executor.layers.layernorm", "disposition": "inherited",
-                                                     "evidence": [{"kind": "test", "name": "t", "outcome": "passed"}]}]})):
+    call(
+        workspace,
+        environment_tool.SPEC,
+        {
+            "action": "establish",
+            "plugin_repo": "plugin",
+            "upstream": "vllm",
+            "target": "main",
+            "python": str(workspace["python"]),
+        },
+        state=other.name,
+    )
+    for action, extra in (
+        ("record", {"entries": [entry(workspace, "moe", f"{PKG}/model.py")]}),
+        ("baseline", {}),
+        (
+            "annotate",
+            {
+                "entries": [
+                    {
+                        "node": "vllm.model_executor.layers.layernorm",
+                        "disposition": "inherited",
+                        "evidence": [{"kind": "test", "name": "t", "outcome": "passed"}],
+                    }
+                ]
+            },
+        ),
+    ):
         with pytest.raises(ToolFailure) as refused:
-            call(workspace, tool.SPEC, {"plugin_repo": "plugin", "paths": FILES, "base": "v0.33.0", "action": action, **extra}, state=other.name)
+            call(
+                workspace,
+                tool.SPEC,
+                {"plugin_repo": "plugin", "paths": FILES, "base": "v0.33.0", "action": action, **extra},
+                state=other.name,
+            )
         assert refused.value.code.value == "target_unconfirmed", action
-    assert run(workspace, action="status", state=other.name, base="v0.33.0").summary.total == 5  # reading needs no confirmation
+    assert (
+        run(workspace, action="status", state=other.name, base="v0.33.0").summary.total == 5
+    )  # reading needs no confirmation
 
 
 def test_annotations_check_their_node(workspace: dict[str, Any]) -> None:
     evidence = [{"kind": "file", "path": LAYERNORM, "line": 1, "rev": "main"}]
-    result = run(workspace, action="annotate", entries=[
-        {"node": "vllm.model_executor.layers.layernorm:RMSNorm", "disposition": "inherited", "evidence": evidence},
-        {"node": "vllm.model_executor.layers.no_such_module", "disposition": "inherited", "evidence": evidence},
-        {"node": "torch", "disposition": "platform_specific", "evidence": [{"kind": "test", "name": "probe", "outcome": "passed"}]},
-    ])
+    result = run(
+        workspace,
+        action="annotate",
+        entries=[
+            {"node": "vllm.model_executor.layers.layernorm:RMSNorm", "disposition": "inherited", "evidence": evidence},
+            {"node": "vllm.model_executor.layers.no_such_module", "disposition": "inherited", "evidence": evidence},
+            {
+                "node": "torch",
+                "disposition": "platform_specific",
+                "evidence": [{"kind": "test", "name": "probe", "outcome": "passed"}],
+            },
+        ],
+    )
     assert [(r.accepted, r.code) for r in result.results] == [(True, None), (False, "not_found"), (True, None)]
-    traced = call(workspace, trace_tool.SPEC, {"plugin_repo": "plugin", "arch": "DeepseekV4ForCausalLM", "depth": 2, "limit": 1000}, "state")
+    traced = call(
+        workspace,
+        trace_tool.SPEC,
+        {"plugin_repo": "plugin", "arch": "DeepseekV4ForCausalLM", "depth": 2, "limit": 1000},
+        "state",
+    )
     assert {r.name: r for r in traced.inventory}["torch"].annotation.startswith("platform_specific")
 
 
@@ -413,27 +529,45 @@ def test_recheck_reports_a_difference_until_the_baseline_or_an_entry_explains_it
     # the plugin adopts upstream's MoE change: a difference the baseline no longer explains
     model = workspace["root"] / "plugin2" / PKG / "model.py"
     text = model.read_text()
-    at = text.index("        super().__init__()\n", text.index("class DeepseekV4MoE(")) + len("        super().__init__()\n")
+    at = text.index("        super().__init__()\n", text.index("class DeepseekV4MoE(")) + len(
+        "        super().__init__()\n"
+    )
     model.write_text(text[:at] + "        self.expert_bias = None\n" + text[at:])
     edited = run(workspace, action="recheck", plugin_repo="plugin2", limit=500)
     found = {(u.local, u.symbol): u for u in edited.unaccounted}
     assert set(found) == {(f"{PKG}/model.py", "DeepseekV4MoE.__init__")}
     moe = found[(f"{PKG}/model.py", "DeepseekV4MoE.__init__")]
     assert "changed since it was taken" in moe.reason and workspace["shas"]["moe"] in moe.commits
-    record = run(workspace, action="record", plugin_repo="plugin2", entries=[entry(workspace, "moe", f"{PKG}/model.py", plugin_symbols=[])])
+    record = run(
+        workspace,
+        action="record",
+        plugin_repo="plugin2",
+        entries=[entry(workspace, "moe", f"{PKG}/model.py", plugin_symbols=[])],
+    )
     assert record.results[0].accepted
     explained = run(workspace, action="recheck", plugin_repo="plugin2", limit=500)
     assert explained.unaccounted == []
     exported = run(workspace, action="export", plugin_repo="plugin2")
     state = workspace["root"] / "state"
-    assert (state / exported.export.json_path).is_file() and (state / exported.export.markdown_path).read_text() == exported.export.markdown
+    assert (state / exported.export.json_path).is_file() and (
+        state / exported.export.markdown_path
+    ).read_text() == exported.export.markdown
     assert workspace["shas"]["moe"][:12] in exported.export.markdown and "| merge | yes |" in exported.export.markdown
     assert exported.export.document["summary"]["with_entry"] == 1 and exported.complete is False
     # complete only once every (commit, file) has a decision and nothing is unaccounted
     missing = [(m["commit"], f) for m in exported.export.document["missing"] for f in m["files"]]
     assert len(missing) == 7  # 8 (commit, file) pairs over 6 commits, one recorded
-    rest = [{"commit": c, "file": f, "disposition": "inherited", "local_edit": False, "affected_interface": "none",
-             "evidence": [{"kind": "test", "name": "tests/models/test_v4.py::test_load", "outcome": "passed"}]} for c, f in missing]
+    rest = [
+        {
+            "commit": c,
+            "file": f,
+            "disposition": "inherited",
+            "local_edit": False,
+            "affected_interface": "none",
+            "evidence": [{"kind": "test", "name": "tests/models/test_v4.py::test_load", "outcome": "passed"}],
+        }
+        for c, f in missing
+    ]
     assert all(r.accepted for r in run(workspace, action="record", plugin_repo="plugin2", entries=rest).results)
     done = run(workspace, action="recheck", plugin_repo="plugin2")
     assert done.complete and done.summary.without_entry == 0 and done.unaccounted == []

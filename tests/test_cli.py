@@ -12,9 +12,9 @@ from pathlib import Path
 
 import anyio
 import pytest
+from helpers import REPO_ROOT, console_script
 from mcp import Client, StdioServerParameters
 
-from helpers import REPO_ROOT, console_script
 from vllm_metax_mcp.tools import ALL_TOOLS
 
 pytestmark = pytest.mark.timeout(60)
@@ -132,7 +132,9 @@ def test_mcp_inspector_cli_lists_and_calls_tools(tmp_path: Path) -> None:
         prefix.mkdir(parents=True, exist_ok=True)
         install = subprocess.run(
             [npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "@modelcontextprotocol/inspector"],
-            capture_output=True, text=True, timeout=540,
+            capture_output=True,
+            text=True,
+            timeout=540,
         )
         assert install.returncode == 0, install.stderr[-2000:]
     builds = (prefix / "node_modules" / "@modelcontextprotocol").glob("inspector*/build/*.js")
@@ -145,7 +147,10 @@ def test_mcp_inspector_cli_lists_and_calls_tools(tmp_path: Path) -> None:
     def inspector(*method: str) -> dict:
         proc = subprocess.run(
             [npx, "--prefix", str(prefix), "mcp-inspector", "--cli", *server, *method, *fmt],
-            capture_output=True, text=True, timeout=120, cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
         )
         assert proc.returncode == 0, proc.stderr[-2000:]
         return json.loads(proc.stdout)
@@ -163,13 +168,16 @@ def test_mcp_inspector_cli_lists_and_calls_tools(tmp_path: Path) -> None:
 def test_wheel_has_one_top_level_package_and_its_markdown(tmp_path: Path) -> None:
     source = tmp_path / "src"
     shutil.copytree(
-        REPO_ROOT, source,
+        REPO_ROOT,
+        source,
         ignore=shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__", ".venv", ".pytest_cache"),
     )
     out = tmp_path / "wheels"
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(source)],
-        capture_output=True, text=True, timeout=280,
+        capture_output=True,
+        text=True,
+        timeout=280,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (wheel,) = out.glob("vllm_metax_mcp-*.whl")
@@ -179,7 +187,9 @@ def test_wheel_has_one_top_level_package_and_its_markdown(tmp_path: Path) -> Non
         assert len(dist_info) == 1
         (info,) = dist_info
         entry_points = archive.read(f"{info}/entry_points.txt").decode()
-        top_level_txt = archive.read(f"{info}/top_level.txt").decode().split() if f"{info}/top_level.txt" in names else None
+        top_level_txt = (
+            archive.read(f"{info}/top_level.txt").decode().split() if f"{info}/top_level.txt" in names else None
+        )
     top_level = {n.split("/")[0] for n in names} - dist_info
     assert top_level == {"vllm_metax_mcp"}, top_level
     if top_level_txt is not None:

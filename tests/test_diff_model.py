@@ -20,15 +20,16 @@ from typing import Any
 
 import anyio
 import pytest
-
-from vllm_metax_mcp.core.family import SubdirKind, family_layout
-from vllm_metax_mcp.core.pyindex import ModuleIndex, RecordCache
-from vllm_metax_mcp.core.state import StateStore
-from vllm_metax_mcp.core.subjects import DirectorySubject
-from vllm_metax_mcp.core.symdiff import strip_maca
-from vllm_metax_mcp.tools import diff_model as tool
-from vllm_metax_mcp.tools.base import Runtime, ToolEnv, invoke
 from workbench import build_plugin_repo, build_upstream_history, default_maca_edit, git
+
+from vllm_metax_mcp.core.code.module_index import ModuleIndex, RecordCache
+from vllm_metax_mcp.core.compare.family import SubdirKind, family_layout
+from vllm_metax_mcp.core.compare.symdiff import strip_maca
+from vllm_metax_mcp.core.foundation.state import StateStore
+from vllm_metax_mcp.core.sources.subjects import DirectorySubject
+from vllm_metax_mcp.tools import diff_model as tool
+from vllm_metax_mcp.tools.dispatch import invoke
+from vllm_metax_mcp.tools.spec import Runtime, ToolEnv
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +51,7 @@ COPIES = {
 }
 VERBATIM = {f"{PKG}/cache_utils.py", f"{PKG}/fused_qk_rmsnorm.py", f"{KERNELS}/mhc/torch.py"}
 FP8_BRANCH = '    if kv_cache_dtype.startswith("fp8"):\n        return kv_cache_dtype, torch.float8_e4m3fn\n'
-SUBCLASS = '''\
+SUBCLASS = """\
 from vllm.models.deepseek_v4.compressor import DeepseekCompressor
 
 
@@ -61,7 +62,7 @@ class MacaDeepseekCompressor(DeepseekCompressor):
 
     def maca_warmup(self):
         return None
-'''
+"""
 
 
 def maca_edits(local: str, text: str) -> str:
@@ -93,14 +94,22 @@ def workspace(tmp_path_factory: pytest.TempPathFactory, upstream_026: Path, upst
             "DeepseekV2ForCausalLM": "vllm_metax.models.deepseek_v2:DeepseekV2ForCausalLM",
         },
     )
-    (plugin / PKG / "__init__.py").write_text("from .model import DeepseekV4ForCausalLM\nfrom .mtp import DeepSeekV4MTP\n")
+    (plugin / PKG / "__init__.py").write_text(
+        "from .model import DeepseekV4ForCausalLM\nfrom .mtp import DeepSeekV4MTP\n"
+    )
     (plugin / PKG / "maca_compressor.py").write_text(SUBCLASS)
     (plugin / PKG / "maca_utils.py").write_text("def maca_device_count() -> int:\n    return 1\n")
     broken = (upstream_026 / V4 / "sparse_mla.py").read_text().replace("def ", "def (", 1)
     (plugin / PKG / "sparse_mla.py").write_text(broken)
     git(plugin, "add", "-A")
     git(plugin, "commit", "-qm", "MACA subclass, helper and a broken copy")
-    return {"root": root, "plugin": plugin, "history": history, "state": tmp_path_factory.mktemp("diffmodel-state"), "026": upstream_026}
+    return {
+        "root": root,
+        "plugin": plugin,
+        "history": history,
+        "state": tmp_path_factory.mktemp("diffmodel-state"),
+        "026": upstream_026,
+    }
 
 
 def run(ws: dict[str, Any], mode: str = "edit", **arguments: Any) -> Any:
@@ -169,7 +178,9 @@ def test_pairing_at_033_follows_moves_and_deletions_and_ignores_the_new_cpu_bran
         f"{PKG}/cache_utils.py": (f"{V4}/common/ops/cache_utils.py", "shared_dir", "changed"),
         f"{PKG}/fused_qk_rmsnorm.py": ("vllm/models/common/ops/fused_qk_rmsnorm.py", "renamed", "changed"),
         f"{PKG}/prepare_megamoe.py": (
-            "vllm/model_executor/layers/fused_moe/prepare_megamoe.py", "upstream_original", "changed",
+            "vllm/model_executor/layers/fused_moe/prepare_megamoe.py",
+            "upstream_original",
+            "changed",
         ),
         "vllm_metax/models/phi.py": ("vllm/model_executor/models/phi.py", "history", "removed"),
     }
@@ -244,7 +255,9 @@ def test_line_statistics_are_exact_and_agree_with_git(workspace: dict[str, Any],
         upstream = workspace["026"] / by_local(at_026)[local].upstream
         diff = subprocess.run(
             ["git", "diff", "--no-index", "--no-color", "-U0", str(upstream), str(workspace["plugin"] / local)],
-            capture_output=True, text=True, check=False,
+            capture_output=True,
+            text=True,
+            check=False,
         ).stdout.splitlines()
         added = sum(1 for line in diff if line.startswith("+") and not line.startswith("+++"))
         removed = sum(1 for line in diff if line.startswith("-") and not line.startswith("---"))
@@ -271,14 +284,23 @@ def test_symbol_diff_reports_renames_the_deleted_fp8_branch_and_import_swaps(at_
         ),
     }
     attention = pairs[f"{PKG}/attention.py"].symbols
-    assert (attention.added, attention.removed, attention.changed) == (["MACA_KEEP_BF16"], [], ["_resolve_dsv4_kv_cache_dtype"])
+    assert (attention.added, attention.removed, attention.changed) == (
+        ["MACA_KEEP_BF16"],
+        [],
+        ["_resolve_dsv4_kv_cache_dtype"],
+    )
     # relative imports follow the flattened copy: `.model` is the plugin's model.py, upstream's nvidia/model.py
     mtp_swaps = {(s.name, s.local_module, s.paired) for s in pairs[f"{PKG}/mtp.py"].import_swaps}
     assert ("DeepseekV4DecoderLayer", "vllm_metax.models.deepseek_v4.model", True) in mtp_swaps
     renamed = pairs[f"{PKG}/fused_inv_rope_quant.py"].symbols
     assert (renamed.added, renamed.removed, renamed.changed, renamed.renamed) == (["MACA_KEEP_BF16"], [], [], [])
     assert pairs[f"{PKG}/cache_utils.py"].symbols.model_dump() == {
-        "added": [], "removed": [], "changed": [], "renamed": [], "signatures": [], "bases": []
+        "added": [],
+        "removed": [],
+        "changed": [],
+        "renamed": [],
+        "signatures": [],
+        "bases": [],
     }
 
 
@@ -289,17 +311,24 @@ def test_subclassing_file_is_diffed_against_the_class_it_extends(at_026: Any) ->
     assert upstream_class.path == f"{V4}/compressor.py"
     assert note.text == "MacaDeepseekCompressor extends vllm.models.deepseek_v4.compressor:DeepseekCompressor"
     symbols = pair.symbols
-    assert [(r.local, r.upstream, r.how) for r in symbols.renamed] == [("MacaDeepseekCompressor", "DeepseekCompressor", "subclass")]
+    assert [(r.local, r.upstream, r.how) for r in symbols.renamed] == [
+        ("MacaDeepseekCompressor", "DeepseekCompressor", "subclass")
+    ]
     assert symbols.changed == ["MacaDeepseekCompressor.forward"]
     assert symbols.added == ["MacaDeepseekCompressor.maca_warmup"]
     assert symbols.removed == []  # inherited, not removed
-    assert [(s.symbol, s.local) for s in symbols.signatures] == [("MacaDeepseekCompressor.forward", "(self, *args, **kwargs)")]
+    assert [(s.symbol, s.local) for s in symbols.signatures] == [
+        ("MacaDeepseekCompressor.forward", "(self, *args, **kwargs)")
+    ]
 
 
 def test_content_similarity_raises_flags_but_never_decides(at_026: Any, at_033: Any) -> None:
     twin = by_local(at_026)[f"{KERNELS}/mhc/torch.py"]
     assert (twin.upstream, twin.rule, twin.flags, twin.confidence) == (
-        "vllm/model_executor/kernels/mhc/torch.py", "same_path", ["content_matches_other"], 0.65,
+        "vllm/model_executor/kernels/mhc/torch.py",
+        "same_path",
+        ["content_matches_other"],
+        0.65,
     )
     assert [(c.upstream, c.similarity, c.shared_symbols) for c in twin.candidates] == [
         ("vllm/model_executor/kernels/mhc/torch.py", 0.4, 0),
@@ -308,7 +337,11 @@ def test_content_similarity_raises_flags_but_never_decides(at_026: Any, at_033: 
     assert twin.symbols.removed == ["mhc_post_torch", "mhc_pre_torch"]
     # real upstream drift: by 0.33 the v4 copy of cache_utils reads more like deepseek_v41's; the dispatch still decides
     drifted = by_local(at_033)[f"{PKG}/cache_utils.py"]
-    assert (drifted.rule, drifted.upstream, drifted.flags) == ("shared_dir", f"{V4}/common/ops/cache_utils.py", ["content_matches_other"])
+    assert (drifted.rule, drifted.upstream, drifted.flags) == (
+        "shared_dir",
+        f"{V4}/common/ops/cache_utils.py",
+        ["content_matches_other"],
+    )
     assert [(c.upstream, c.similarity) for c in drifted.candidates] == [
         (f"{V4}/common/ops/cache_utils.py", 0.6),
         ("vllm/models/deepseek_v41/common/ops/cache_utils.py", 0.71),
@@ -441,7 +474,9 @@ def test_default_results_stay_small(workspace: dict[str, Any]) -> None:
 def test_a_revision_subject_compares_that_snapshot(workspace: dict[str, Any]) -> None:
     first_commit = run(workspace, subject="revision", revision="HEAD~1")
     assert set(table(first_commit)) == set(PAIRING_026) - {
-        f"{PKG}/maca_compressor.py", f"{PKG}/maca_utils.py", f"{PKG}/sparse_mla.py"
+        f"{PKG}/maca_compressor.py",
+        f"{PKG}/maca_utils.py",
+        f"{PKG}/sparse_mla.py",
     }
     assert first_commit.subject.startswith("revision ")
     assert by_local(first_commit)[f"{PKG}/__init__.py"].status == "changed"
@@ -466,8 +501,22 @@ def test_a_second_run_parses_nothing(workspace: dict[str, Any], at_026: Any) -> 
 @pytest.mark.parametrize(
     ("version", "family", "kinds"),
     [
-        ("0.26.0", "deepseek_v4", {"amd": "other_platform", "common": "shared", "nvidia": "branch", "xpu": "other_platform"}),
-        ("0.33.0", "deepseek_v4", {"amd": "other_platform", "common": "shared", "cpu": "other_platform", "nvidia": "branch", "xpu": "other_platform"}),
+        (
+            "0.26.0",
+            "deepseek_v4",
+            {"amd": "other_platform", "common": "shared", "nvidia": "branch", "xpu": "other_platform"},
+        ),
+        (
+            "0.33.0",
+            "deepseek_v4",
+            {
+                "amd": "other_platform",
+                "common": "shared",
+                "cpu": "other_platform",
+                "nvidia": "branch",
+                "xpu": "other_platform",
+            },
+        ),
         # `if TYPE_CHECKING or not is_rocm(): nvidia else: amd`
         ("0.26.0", "minimax_m3", {"amd": "other_platform", "common": "shared", "nvidia": "branch"}),
         # platforms dispatched lazily in a module __getattr__; TYPE_CHECKING imports say nothing

@@ -30,7 +30,8 @@ from workbench import (
 )
 
 from vllm_metax_mcp.tools import diff_model as tool
-from vllm_metax_mcp.tools.base import Runtime, ToolEnv, invoke
+from vllm_metax_mcp.tools.dispatch import invoke
+from vllm_metax_mcp.tools.spec import Runtime, ToolEnv
 
 pytestmark = pytest.mark.slow
 
@@ -61,7 +62,12 @@ EDITS = {  # plugin path -> [(upstream text, MACA text)], each upstream text fou
     ],
     "vllm_metax/models/glm4_moe.py": [
         ("import torch\n", "import torch\n\nfrom vllm.platforms import current_platform\n"),
-        (MLP_FORWARD, MLP_FORWARD.replace("\n", "\n        if current_platform.is_out_of_tree():\n            x = x.contiguous()\n", 1)),
+        (
+            MLP_FORWARD,
+            MLP_FORWARD.replace(
+                "\n", "\n        if current_platform.is_out_of_tree():\n            x = x.contiguous()\n", 1
+            ),
+        ),
         (
             "        router_logits = self.gate(hidden_states.to(dtype=torch.float32))\n",
             (
@@ -71,8 +77,16 @@ EDITS = {  # plugin path -> [(upstream text, MACA text)], each upstream text fou
         ),
     ],
     "vllm_metax/models/deepseek_v2.py": [
-        (MLP_FORWARD, MLP_FORWARD.replace("\n", "\n        if current_platform.has_device_capability(90):\n            x = x.contiguous()\n", 1)),
-        ("    if scale <= 1:\n        return 1.0\n", "    if scale <= 1 or not current_platform.is_cuda_alike():\n        return 1.0\n"),
+        (
+            MLP_FORWARD,
+            MLP_FORWARD.replace(
+                "\n", "\n        if current_platform.has_device_capability(90):\n            x = x.contiguous()\n", 1
+            ),
+        ),
+        (
+            "    if scale <= 1:\n        return 1.0\n",
+            "    if scale <= 1 or not current_platform.is_cuda_alike():\n        return 1.0\n",
+        ),
     ],
     f"{PKG}/attention.py": [
         (
@@ -95,7 +109,7 @@ def mx_silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     return torch.ops._maca_C.fused_router(x)
 '''
 SUBCLASS_PATH = "vllm_metax/models/maca_state_cache.py"
-SUBCLASS = '''\
+SUBCLASS = """\
 from __future__ import annotations
 
 from vllm.models.deepseek_v4.compressor import CompressorBackend, CompressorStateCache
@@ -107,7 +121,7 @@ class MacaCompressorStateCache(CompressorStateCache):
 
     def maca_block_size(self) -> int:
         return self.block_size
-'''
+"""
 PLATFORM = '''\
 """MACA platform stub; the workbench plugin is never run on MetaX hardware."""
 
@@ -153,7 +167,10 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         (staging / staged).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(trees[SOURCES[local][0]] / SOURCES[local][1], staging / staged)
     plugin = build_plugin_repo(
-        root / "plugin", staging, files, edits=maca_edits,
+        root / "plugin",
+        staging,
+        files,
+        edits=maca_edits,
         registrations={"DeepseekV4ForCausalLM": "vllm_metax.models.deepseek_v4:DeepseekV4ForCausalLM"},
     )
     (plugin / PKG / "__init__.py").write_text("from .model import DeepseekV4ForCausalLM\n")
@@ -169,7 +186,10 @@ def run(ws: dict[str, Any], **arguments: Any) -> Any:
     runtime = Runtime.create([str(ws["root"])], state_dir=str(ws["state"]))
     env = ToolEnv(runtime=runtime, tool="diff_model")
     defaults = {
-        "plugin_repo": "plugin", "upstream": "vllm", "target": TARGET, "releases": RELEASES,
+        "plugin_repo": "plugin",
+        "upstream": "vllm",
+        "target": TARGET,
+        "releases": RELEASES,
         "mapping_overrides": {f"{PKG}/__init__.py": None},  # the plugin's own package init
     }
     return anyio.run(lambda: invoke(tool.SPEC, {**defaults, **arguments}, env))
@@ -219,7 +239,9 @@ CLOSEST = {
 def test_each_file_gets_the_release_it_was_copied_from(workspace: dict[str, Any], by_release: Any) -> None:
     pairs = {p.local: p for p in by_release.pairs}
     assert {local: pairs[local].closest_release for local in CLOSEST} == CLOSEST
-    assert [(r.label, r.commit) for r in by_release.releases] == [(t, workspace["history"].rev_parse(t)) for t in RELEASES]
+    assert [(r.label, r.commit) for r in by_release.releases] == [
+        (t, workspace["history"].rev_parse(t)) for t in RELEASES
+    ]
     for local in CLOSEST:
         counts = pairs[local].per_release
         assert list(counts) == RELEASES and min(counts.values()) == counts[CLOSEST[local]], local
@@ -234,8 +256,17 @@ def test_the_counts_agree_with_git_at_the_closest_release(workspace: dict[str, A
     pairs = {p.local: p for p in by_release.pairs}
     for local, (version, upstream) in SOURCES.items():
         numstat = subprocess.run(
-            ["git", "diff", "--no-index", "--numstat", str(workspace["trees"][version] / upstream), str(workspace["plugin"] / local)],
-            capture_output=True, text=True, check=False,
+            [
+                "git",
+                "diff",
+                "--no-index",
+                "--numstat",
+                str(workspace["trees"][version] / upstream),
+                str(workspace["plugin"] / local),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
         ).stdout.split()
         expected = int(numstat[0]) + int(numstat[1]) if numstat else 0
         assert pairs[local].per_release[f"v{version}"] == expected, local
@@ -250,7 +281,9 @@ def test_a_family_whose_platform_files_lag_is_summarised_as_such(by_release: Any
     assert [f.family for f in by_release.families] == [f"{PKG}/"]  # flat classic models form no family
 
 
-def test_matrix_classifies_each_planted_difference_with_evidence_at_real_lines(workspace: dict[str, Any], matrix: Any) -> None:
+def test_matrix_classifies_each_planted_difference_with_evidence_at_real_lines(
+    workspace: dict[str, Any], matrix: Any
+) -> None:
     found = rows(matrix)
     qwen, glm, ds2 = (f"vllm_metax/models/{m}.py" for m in ("qwen3_moe", "glm4_moe", "deepseek_v2"))
     expected = {  # (local, symbol) -> (class, a cited line of this file contains this text)
@@ -259,16 +292,32 @@ def test_matrix_classifies_each_planted_difference_with_evidence_at_real_lines(w
         (glm, "Glm4MoeMLP.forward"): ("platform_predicate", glm, "current_platform.is_out_of_tree()"),
         (ds2, "DeepseekV2MLP.forward"): ("capability_predicate", ds2, "current_platform.has_device_capability(90)"),
         (ds2, "yarn_get_mscale"): ("capability_predicate", ds2, "current_platform.is_cuda_alike()"),
-        (f"{PKG}/attention.py", "_resolve_dsv4_kv_cache_dtype"): ("dtype_path", f"{PKG}/attention.py", "torch.bfloat16"),
+        (f"{PKG}/attention.py", "_resolve_dsv4_kv_cache_dtype"): (
+            "dtype_path",
+            f"{PKG}/attention.py",
+            "torch.bfloat16",
+        ),
         (f"{PKG}/model.py", "import:DeepseekV4Attention"): (
-            "import_swap", f"{PKG}/model.py", "from vllm_metax.models.deepseek_v4.attention import",
+            "import_swap",
+            f"{PKG}/model.py",
+            "from vllm_metax.models.deepseek_v4.attention import",
         ),
         ("vllm_metax/models/llama.py", "*"): ("obsolete_override", f"{CLASSIC}/llama.py", "# SPDX-License-Identifier"),
-        (qwen, "Qwen3MoeModel.get_expert_mapping"): ("obsolete_override", f"{CLASSIC}/qwen3_moe.py", "def get_expert_mapping"),
-        (SUBCLASS_PATH, "MacaCompressorStateCache.get_attn_backend"): (
-            "obsolete_override", f"{V4}/compressor.py", "def get_attn_backend",
+        (qwen, "Qwen3MoeModel.get_expert_mapping"): (
+            "obsolete_override",
+            f"{CLASSIC}/qwen3_moe.py",
+            "def get_expert_mapping",
         ),
-        (SUBCLASS_PATH, "MacaCompressorStateCache.maca_block_size"): ("unverified", SUBCLASS_PATH, "def maca_block_size"),
+        (SUBCLASS_PATH, "MacaCompressorStateCache.get_attn_backend"): (
+            "obsolete_override",
+            f"{V4}/compressor.py",
+            "def get_attn_backend",
+        ),
+        (SUBCLASS_PATH, "MacaCompressorStateCache.maca_block_size"): (
+            "unverified",
+            SUBCLASS_PATH,
+            "def maca_block_size",
+        ),
         (qwen, "Qwen3MoeModel.load_weights"): ("upstream_change", f"{CLASSIC}/qwen3_moe.py", "def load_weights"),
     }
     for key, (cls, path, text) in expected.items():
@@ -283,13 +332,19 @@ def test_matrix_classifies_each_planted_difference_with_evidence_at_real_lines(w
     assert all("def load_weights" in line for _, line in cited(workspace, untouched))
 
 
-def test_matrix_evidence_names_the_registration_the_platform_answer_and_both_dtype_sides(workspace: dict[str, Any], matrix: Any) -> None:
+def test_matrix_evidence_names_the_registration_the_platform_answer_and_both_dtype_sides(
+    workspace: dict[str, Any], matrix: Any
+) -> None:
     found = rows(matrix)
     router = cited(workspace, found[("vllm_metax/models/glm4_moe.py", "Glm4MoE.forward")])
     assert ("vllm_metax/_custom_ops.py", 'maca_lib.define("fused_router(Tensor hidden_states) -> Tensor")') in router
     comment = "# MetaX: the MACA router kernel keeps fp32 logits internally"
-    line = (workspace["plugin"] / "vllm_metax/models/glm4_moe.py").read_text().splitlines().index(f"        {comment}") + 1
-    assert found[("vllm_metax/models/glm4_moe.py", "Glm4MoE.forward")].leads == [f"vllm_metax/models/glm4_moe.py:{line}: {comment}"]
+    line = (workspace["plugin"] / "vllm_metax/models/glm4_moe.py").read_text().splitlines().index(
+        f"        {comment}"
+    ) + 1
+    assert found[("vllm_metax/models/glm4_moe.py", "Glm4MoE.forward")].leads == [
+        f"vllm_metax/models/glm4_moe.py:{line}: {comment}"
+    ]
     mx = found[("vllm_metax/models/qwen3_moe.py", "Qwen3MoeMLP.forward")]
     assert "from vllm_metax import _custom_ops as mx_ops" in [line for _, line in cited(workspace, mx)]
     answered = found[("vllm_metax/models/deepseek_v2.py", "yarn_get_mscale")]
@@ -307,13 +362,21 @@ def test_matrix_evidence_names_the_registration_the_platform_answer_and_both_dty
     assert base.rev == git(workspace["history"].path, "rev-parse", f"v0.26.0:{V4}/attention.py").strip()
 
 
-def test_every_row_is_keyed_once_and_every_file_evidence_points_at_a_line(workspace: dict[str, Any], matrix: Any) -> None:
+def test_every_row_is_keyed_once_and_every_file_evidence_points_at_a_line(
+    workspace: dict[str, Any], matrix: Any
+) -> None:
     keys = [(row.local, row.symbol) for row in matrix.matrix]
     assert len(keys) == len(set(keys)) == matrix.total and keys == sorted(keys)
     assert sum(matrix.matrix_counts.values()) == matrix.total
     assert set(matrix.matrix_counts) == {
-        "capability_predicate", "dtype_path", "import_swap", "maca_kernel", "obsolete_override", "platform_predicate",
-        "unverified", "upstream_change",
+        "capability_predicate",
+        "dtype_path",
+        "import_swap",
+        "maca_kernel",
+        "obsolete_override",
+        "platform_predicate",
+        "unverified",
+        "upstream_change",
     }
     for row in matrix.matrix:
         assert any(e.kind != "note" for e in row.evidence), row
@@ -330,7 +393,9 @@ def test_matrix_pages_stay_small_and_concatenate(workspace: dict[str, Any], matr
     assert len(json.dumps(first.model_dump(mode="json"))) < 20_000
     assert len(first.matrix) == tool.DEFAULT_LIMITS["matrix"] and first.next_cursor and first.total == matrix.total
     second = run(workspace, detail="matrix", cursor=first.next_cursor)
-    assert [r.model_dump() for r in first.matrix + second.matrix] == [r.model_dump() for r in matrix.matrix[: 2 * len(first.matrix)]]
+    assert [r.model_dump() for r in first.matrix + second.matrix] == [
+        r.model_dump() for r in matrix.matrix[: 2 * len(first.matrix)]
+    ]
     one = run(workspace, detail="matrix", file=f"{PKG}/attention.py", limit=tool.MAX_ROWS)
     assert {r.local for r in one.matrix} == {f"{PKG}/attention.py"}
     summary = run(workspace, detail="releases")
@@ -374,7 +439,9 @@ def test_a_second_run_over_the_releases_parses_nothing(workspace: dict[str, Any]
         ({"detail": "summary", "file": f"{PKG}/model.py"}, "bad_input", "only used with detail=diff or detail=matrix"),
     ],
 )
-def test_bad_release_inputs_are_refused_clearly(workspace: dict[str, Any], arguments: dict[str, Any], code: str, words: str) -> None:
+def test_bad_release_inputs_are_refused_clearly(
+    workspace: dict[str, Any], arguments: dict[str, Any], code: str, words: str
+) -> None:
     with pytest.raises(Exception) as refused:
         run(workspace, **arguments)
     assert refused.value.code.value == code and words in refused.value.message

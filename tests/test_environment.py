@@ -11,14 +11,18 @@ import anyio
 import pytest
 from mcp import Client
 from mcp_types import ElicitRequestParams, ElicitResult
+from workbench import git
 
-from vllm_metax_mcp.core.environment import load_record, require_confirmed_target
-from vllm_metax_mcp.core.errors import ErrorCode, ToolFailure
-from vllm_metax_mcp.core.git import open_repository
+from vllm_metax_mcp.core.foundation.errors import ErrorCode, ToolFailure
+from vllm_metax_mcp.core.sources.environment import (
+    load_record,
+    require_confirmed_target,
+)
+from vllm_metax_mcp.core.sources.git import open_repository
 from vllm_metax_mcp.server.app import build_server
 from vllm_metax_mcp.tools import environment as environment_tool
-from vllm_metax_mcp.tools.base import Runtime, ToolEnv, invoke
-from workbench import git
+from vllm_metax_mcp.tools.dispatch import invoke
+from vllm_metax_mcp.tools.spec import Runtime, ToolEnv
 
 
 @pytest.fixture()
@@ -53,7 +57,11 @@ def make_venv(path: Path, pth_target: Path | None = None) -> Path:
 
 
 def call(
-    ws: dict[str, Path], arguments: dict[str, Any], mode: str = "edit", answer: str = "not_asked", interpreters: list[str] | None = None
+    ws: dict[str, Path],
+    arguments: dict[str, Any],
+    mode: str = "edit",
+    answer: str = "not_asked",
+    interpreters: list[str] | None = None,
 ) -> Any:
     runtime = Runtime.create([str(ws["root"])], mode=mode, state_dir=str(ws["state"]), interpreters=interpreters)
     env = ToolEnv(runtime=runtime, tool="environment", user_answer=answer)  # type: ignore[arg-type]
@@ -127,7 +135,11 @@ def test_confirmation_through_client_elicitation(workspace: dict[str, Path], mod
 
     async def answer(context: Any, params: ElicitRequestParams) -> ElicitResult:
         questions.append(params.message)
-        return ElicitResult(action="accept", content={"confirm": True}) if action == "accept" else ElicitResult(action="decline")
+        return (
+            ElicitResult(action="accept", content={"confirm": True})
+            if action == "accept"
+            else ElicitResult(action="decline")
+        )
 
     async def run() -> Any:
         runtime = Runtime.create([str(workspace["root"])], state_dir=str(workspace["state"]))
@@ -167,8 +179,11 @@ def test_review_mode_leaves_the_repository_byte_identical(workspace: dict[str, P
 
 @pytest.mark.slow
 def test_establish_against_a_real_cpu_vllm(workspace: dict[str, Path], vllm_cpu_python: Path) -> None:
-    result = call(workspace, {"action": "establish", "upstream": "upstream", "target": "v1", "python": str(vllm_cpu_python)},
-                  interpreters=[str(vllm_cpu_python)])  # outside the roots: the operator allows it
+    result = call(
+        workspace,
+        {"action": "establish", "upstream": "upstream", "target": "v1", "python": str(vllm_cpu_python)},
+        interpreters=[str(vllm_cpu_python)],
+    )  # outside the roots: the operator allows it
     assert result.modules["vllm"].version.startswith("0.32.0"), result.modules["vllm"]
     assert result.modules["torch"].version.startswith("2.13.0")
     assert result.modules["transformers"].version

@@ -12,10 +12,9 @@ from pathlib import Path
 import anyio
 import httpx2
 import pytest
+from helpers import console_script, free_port
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-
-from helpers import console_script, free_port
 
 pytestmark = pytest.mark.timeout(60)
 TOKEN = "s3cret-test-token"
@@ -32,7 +31,9 @@ def test_non_loopback_bind_without_token_exits_2_at_once(tmp_path: Path) -> None
     started = time.monotonic()
     proc = subprocess.run(
         serve_args(tmp_path, "--transport", "http", "--host", "0.0.0.0", "--port", str(port)),
-        capture_output=True, text=True, timeout=30,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert proc.returncode == 2, proc.stderr
     assert "auth-token" in proc.stderr
@@ -58,7 +59,10 @@ def http_server(tmp_path: Path):
     port = free_port()
     proc = subprocess.Popen(
         serve_args(tmp_path, "--transport", "http", "--host", "127.0.0.1", "--port", str(port), "--auth-token", TOKEN),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
     )
     try:
         wait_listening(proc, port)

@@ -12,17 +12,22 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client
+from workbench import git
 
-from vllm_metax_mcp.core.construct import constructed_findings, diff_dicts, view
-from vllm_metax_mcp.core.consumers import SourceTree, find_consumers
-from vllm_metax_mcp.core.errors import ErrorCode, ToolFailure
-from vllm_metax_mcp.core.hfconfig import analyse
+from vllm_metax_mcp.core.checkpoint.construct import (
+    constructed_findings,
+    diff_dicts,
+    view,
+)
+from vllm_metax_mcp.core.checkpoint.consumers import SourceTree, find_consumers
+from vllm_metax_mcp.core.checkpoint.layout import analyse
+from vllm_metax_mcp.core.foundation.errors import ErrorCode, ToolFailure
 from vllm_metax_mcp.server.app import build_server
 from vllm_metax_mcp.tools import ALL_TOOLS
 from vllm_metax_mcp.tools import environment as environment_tool
 from vllm_metax_mcp.tools import inspect_config as tool
-from vllm_metax_mcp.tools.base import Runtime, ToolEnv, invoke
-from workbench import git
+from vllm_metax_mcp.tools.dispatch import invoke
+from vllm_metax_mcp.tools.spec import Runtime, ToolEnv
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -85,7 +90,9 @@ def write_model(
     names = list(tensors)
     per_shard = math.ceil(len(names) / len(shards))
     weight_map = {name: shards[i // per_shard] for i, name in enumerate(names)}
-    (directory / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 0}, "weight_map": weight_map}))
+    (directory / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": 0}, "weight_map": weight_map})
+    )
     if with_shards:
         for shard in shards:
             write_safetensors(directory / shard, {n: tensors[n] for n in names if weight_map[n] == shard})
@@ -102,13 +109,22 @@ def fp8_linear(tensors: Tensors, name: str) -> None:
 
 def deepseek_tensors(layers: int, mtp: int, dense: int, *, indexer: bool = False, mtp_at: int | None = None) -> Tensors:
     """DeepSeek-V3 layout: MTP layer i stored as model.layers.{layers+i} with its own embed/head copies."""
-    t: Tensors = {"model.embed_tokens.weight": ("BF16", [8, 4]), "model.norm.weight": NORM, "lm_head.weight": ("BF16", [8, 4])}
+    t: Tensors = {
+        "model.embed_tokens.weight": ("BF16", [8, 4]),
+        "model.norm.weight": NORM,
+        "lm_head.weight": ("BF16", [8, 4]),
+    }
     ids = list(range(layers)) + [(mtp_at if mtp_at is not None else layers) + i for i in range(mtp)]
     for number, i in enumerate(ids):
         p = f"model.layers.{i}"
         for proj in ("q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"):
             fp8_linear(t, f"{p}.self_attn.{proj}")
-        for norm in ("input_layernorm", "post_attention_layernorm", "self_attn.q_a_layernorm", "self_attn.kv_a_layernorm"):
+        for norm in (
+            "input_layernorm",
+            "post_attention_layernorm",
+            "self_attn.q_a_layernorm",
+            "self_attn.kv_a_layernorm",
+        ):
             t[f"{p}.{norm}.weight"] = NORM
         if indexer:
             fp8_linear(t, f"{p}.self_attn.indexer.wq_b")
@@ -156,7 +172,9 @@ def deepseek_v4_tensors(config: dict[str, Any]) -> Tensors:
             t[f"{p}.attn.indexer.wq_b.scale"] = ("F8_E8M0", [1, 1])
             t[f"{p}.attn.indexer.weights_proj.weight"] = NORM
         t[f"{p}.ffn.gate.weight"] = ("BF16", [2, 4])
-        t[f"{p}.ffn.gate.tid2eid" if hash_routed else f"{p}.ffn.gate.bias"] = ("I64", [8, 2]) if hash_routed else ("F32", [2])
+        t[f"{p}.ffn.gate.tid2eid" if hash_routed else f"{p}.ffn.gate.bias"] = (
+            ("I64", [8, 2]) if hash_routed else ("F32", [2])
+        )
         t[f"{p}.ffn.experts.0.w1.weight"] = ("I8", [4, 2])
         t[f"{p}.ffn.experts.0.w1.scale"] = ("F8_E8M0", [4, 1])
         t[f"{p}.ffn.shared_experts.w1.weight"] = ("F8_E4M3", [4, 4])
@@ -172,7 +190,11 @@ def deepseek_v4_tensors(config: dict[str, Any]) -> Tensors:
 
 def qwen3_next_tensors(layers: int = 48, interval: int = 4) -> Tensors:
     """Qwen3-Next layout: linear attention except every interval-th layer; MTP under top-level mtp.*."""
-    t: Tensors = {"model.embed_tokens.weight": ("BF16", [8, 4]), "model.norm.weight": NORM, "lm_head.weight": ("BF16", [8, 4])}
+    t: Tensors = {
+        "model.embed_tokens.weight": ("BF16", [8, 4]),
+        "model.norm.weight": NORM,
+        "lm_head.weight": ("BF16", [8, 4]),
+    }
 
     def block(p: str, linear: bool) -> None:
         if linear:
@@ -215,8 +237,12 @@ def glm5_tensors(config: dict[str, Any]) -> Tensors:
 def runtime(root: Path, mode: str = "edit", state: Path | None = None, python: str | Path | None = None) -> Runtime:
     """State beside the root, not in it (a review-mode server refuses a state directory inside a read root);
     `python`: an interpreter the operator allows (outside the roots, like the CPU vLLM's)."""
-    return Runtime.create([str(root)], mode=mode, state_dir=str(state or root.parent / f"{root.name}.state"),
-                          interpreters=[str(python)] if python else None)
+    return Runtime.create(
+        [str(root)],
+        mode=mode,
+        state_dir=str(state or root.parent / f"{root.name}.state"),
+        interpreters=[str(python)] if python else None,
+    )
 
 
 def established_plugin(root: Path, python: Path) -> Runtime:
@@ -233,7 +259,9 @@ def established_plugin(root: Path, python: Path) -> Runtime:
     return rt
 
 
-def inspect(root: Path, arguments: dict[str, Any], mode: str = "edit", state: Path | None = None) -> tool.InspectConfigOutput:
+def inspect(
+    root: Path, arguments: dict[str, Any], mode: str = "edit", state: Path | None = None
+) -> tool.InspectConfigOutput:
     env = ToolEnv(runtime=runtime(root, mode, state, arguments.get("python")), tool="inspect_config")
     return anyio.run(lambda: invoke(tool.SPEC, {"construct": False, **arguments}, env))
 
@@ -302,7 +330,9 @@ def test_deepseek_v4_flash_raw_layout(tmp_path: Path) -> None:
     write_model(tmp_path / "m", fixture("v4"))
     result = inspect(tmp_path, {"model": "m"})
     assert (result.backbone_layers, result.mtp_layers) == (43, 1)
-    assert [(a.name, a.length, a.covers, a.distinct) for a in result.arrays] == [("compress_ratios", 44, "backbone+mtp", 3)]
+    assert [(a.name, a.length, a.covers, a.distinct) for a in result.arrays] == [
+        ("compress_ratios", 44, "backbone+mtp", 3)
+    ]
     assert layers_with(result, "route:hash") == [0, 1, 2]
     assert layers_with(result, "route:learned") == list(range(3, 43))
     assert layers_with(result, "compress:4") == [2, *range(4, 43, 2)]
@@ -345,7 +375,14 @@ def test_llama_is_homogeneous(tmp_path: Path) -> None:
     assert (result.backbone_layers, result.mtp_layers, result.quantization, result.rules) == (32, None, None, [])
     assert {tuple(k) for k in kinds_by_layer(result).values()} == {("dense", "attn:full")}
     assert [s.model_dump() for s in result.submodels] == [
-        {"name": "", "model_type": "llama", "layers": 32, "depth_key": "num_hidden_layers", "mtp_layers": None, "primary": True}
+        {
+            "name": "",
+            "model_type": "llama",
+            "layers": 32,
+            "depth_key": "num_hidden_layers",
+            "mtp_layers": None,
+            "primary": True,
+        }
     ]
 
 
@@ -358,7 +395,11 @@ def test_glm5_ignore_list_is_summarised(tmp_path: Path) -> None:
     assert ignore.by_part == {"non_layer": 3, "backbone": 696, "mtp": 13}
     assert ignore.non_layer == ["lm_head", "model.embed_tokens", "model.norm"]
     assert ignore.layer_ids == "0-78" and ignore.beyond_declared == []
-    assert ignore.per_layer == [{"layers": "0-2", "count": 7}, {"layers": "3-77", "count": 9}, {"layers": "78", "count": 13}]
+    assert ignore.per_layer == [
+        {"layers": "0-2", "count": 7},
+        {"layers": "3-77", "count": 9},
+        {"layers": "78", "count": 13},
+    ]
     assert ignore.by_module["input_layernorm"] == 79 and ignore.by_module["eh_proj"] == 1
     assert size_of(result) < 20_000
     assert "model.layers.5.input_layernorm" not in result.model_dump_json()
@@ -398,7 +439,11 @@ def test_nested_text_config_is_the_primary_submodel(tmp_path: Path) -> None:
 # -- the checkpoint cross-check ------------------------------------------------------------------
 
 
-V3_SHARDS = ["model-00001-of-000163.safetensors", "model-00002-of-000163.safetensors", "model-00163-of-000163.safetensors"]
+V3_SHARDS = [
+    "model-00001-of-000163.safetensors",
+    "model-00002-of-000163.safetensors",
+    "model-00163-of-000163.safetensors",
+]
 
 
 def test_index_only_deepseek_v3(tmp_path: Path) -> None:
@@ -446,7 +491,9 @@ def test_deepseek_v4_flash_names_mtp_as_mtp_0(tmp_path: Path) -> None:
 def test_mtp_layers_beyond_the_declared_count(tmp_path: Path) -> None:
     config = fixture("v4")
     tensors = deepseek_v4_tensors(config)
-    tensors |= {name.replace("mtp.0.", "mtp.1.", 1): spec for name, spec in tensors.items() if name.startswith("mtp.0.")}
+    tensors |= {
+        name.replace("mtp.0.", "mtp.1.", 1): spec for name, spec in tensors.items() if name.startswith("mtp.0.")
+    }
     write_model(tmp_path / "m", config, tensors, with_shards=False)
     result = inspect(tmp_path, {"model": "m"})
     assert codes(result.checkpoint.findings) == ["mtp_weights_beyond_declaration"]
@@ -495,7 +542,9 @@ def test_glm5_ignore_list_against_its_checkpoint(tmp_path: Path) -> None:
 def test_trimmed_config_that_kept_the_full_ignore_list(tmp_path: Path) -> None:
     config = fixture("glm5") | {"num_hidden_layers": 3}
     full = glm5_tensors(fixture("glm5"))
-    kept = {name: spec for name, spec in full.items() if not name.startswith("model.layers.") or int(name.split(".")[2]) < 4}
+    kept = {
+        name: spec for name, spec in full.items() if not name.startswith("model.layers.") or int(name.split(".")[2]) < 4
+    }
     write_model(tmp_path / "m", config, kept, ["model-00001-of-00001.safetensors"])
     result = inspect(tmp_path, {"model": "m"})
     assert codes(result.findings) == ["ignore_entry_beyond_layers"] and "4-78" in result.findings[0].message
@@ -504,7 +553,11 @@ def test_trimmed_config_that_kept_the_full_ignore_list(tmp_path: Path) -> None:
 
 
 def tiny_deepseek(layers: int = 4, mtp: int = 1, dense: int = 1) -> dict[str, Any]:
-    config = fixture("v3") | {"num_hidden_layers": layers, "num_nextn_predict_layers": mtp, "first_k_dense_replace": dense}
+    config = fixture("v3") | {
+        "num_hidden_layers": layers,
+        "num_nextn_predict_layers": mtp,
+        "first_k_dense_replace": dense,
+    }
     config.pop("auto_map")
     return config
 
@@ -527,10 +580,18 @@ def test_small_real_safetensors_checkpoint(tmp_path: Path) -> None:
     assert ckpt.present_layer_ids == [0, 1, 2, 3, 4] and result.mtp_naming == "model.layers.{L+i}"
     expected: dict[str, dict[str, int]] = {}
     for name, (dtype, _) in tensors.items():
-        part = "other" if not name.startswith("model.layers.") else "mtp" if name.startswith("model.layers.4.") else "backbone"
+        part = (
+            "other"
+            if not name.startswith("model.layers.")
+            else "mtp"
+            if name.startswith("model.layers.4.")
+            else "backbone"
+        )
         expected.setdefault(part, {}).setdefault(dtype, 0)
         expected[part][dtype] += 1
-    assert ckpt.dtypes_by_part == {part: dict(sorted(c.items(), key=lambda kv: -kv[1])) for part, c in sorted(expected.items())}
+    assert ckpt.dtypes_by_part == {
+        part: dict(sorted(c.items(), key=lambda kv: -kv[1])) for part, c in sorted(expected.items())
+    }
     assert result.quantization.scale_dtypes == {"F32": sum(1 for n in tensors if n.endswith("weight_scale_inv"))}
     assert layers_with(result, "dense") == [0] and layers_with(result, "moe", "tensors") == [1, 2, 3, 4]
 
@@ -539,7 +600,10 @@ def test_mtp_layer_left_at_its_original_id(tmp_path: Path) -> None:
     write_model(tmp_path / "m", tiny_deepseek(), deepseek_tensors(4, 1, 1, mtp_at=61))
     result = inspect(tmp_path, {"model": "m"})
     assert codes(result.checkpoint.findings) == ["mtp_declared_without_weights", "undeclared_layer_tensors"]
-    assert "MTP-head" in result.checkpoint.findings[1].message and "model.layers.{4+i}" in result.checkpoint.findings[1].message
+    assert (
+        "MTP-head" in result.checkpoint.findings[1].message
+        and "model.layers.{4+i}" in result.checkpoint.findings[1].message
+    )
     assert result.layers[-1].model_dump() == {
         "id": 61,
         "part": "undeclared",
@@ -569,7 +633,11 @@ def kimi_like(kda: Any, full: Any) -> dict[str, Any]:
 def kimi_tensors() -> Tensors:
     t: Tensors = {}
     for i in range(4):
-        names = ("q_proj", "k_proj", "v_proj", "o_proj") if i < 3 else ("q_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj")
+        names = (
+            ("q_proj", "k_proj", "v_proj", "o_proj")
+            if i < 3
+            else ("q_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj")
+        )
         for name in names:
             t[f"model.layers.{i}.self_attn.{name}.weight"] = NORM
         if i < 3:
@@ -584,7 +652,9 @@ def test_one_based_id_list_proven_by_tensor_names(tmp_path: Path) -> None:
     lists = {i.name: i for i in result.id_lists}
     kda, full = lists["linear_attn_config.kda_layers"], lists["linear_attn_config.full_attn_layers"]
     assert (kda.ids, kda.base, kda.meaning) == ([1, 2, 3], 1, "linear")
-    assert kda.evidence.startswith("tensor names: layers 0-2 have linear-attention weights") and "1-based" in kda.evidence
+    assert (
+        kda.evidence.startswith("tensor names: layers 0-2 have linear-attention weights") and "1-based" in kda.evidence
+    )
     assert (full.ids, full.base) == ([4], 1)  # a comma-separated string; tensors agree with the range
     assert layers_with(result, "attn:linear") == [0, 1, 2] and layers_with(result, "attn:full") == [3]
     assert result.checkpoint.findings == [] and result.findings == []
@@ -627,7 +697,9 @@ def test_damaged_shards_and_index_disagreements_are_findings(tmp_path: Path) -> 
     model = write_model(tmp_path / "m", tiny_deepseek(), tensors, shards)
     (model / "a.safetensors").write_bytes((10**12).to_bytes(8, "little") + b"{}")  # header length beyond the file
     header = b'{"x": {"dtype": "F32", "shape": [4], "data_offsets": [0, 4096]}}'
-    (model / "b.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + bytes(16))  # data beyond the file
+    (model / "b.safetensors").write_bytes(
+        len(header).to_bytes(8, "little") + header + bytes(16)
+    )  # data beyond the file
     (model / "c.safetensors").unlink()
     result = inspect(tmp_path, {"model": "m"})
     found = [(f.severity, f.code, f.message) for f in result.checkpoint.findings]
@@ -635,7 +707,13 @@ def test_damaged_shards_and_index_disagreements_are_findings(tmp_path: Path) -> 
     assert "shard a.safetensors declares a 1000000000000-byte header in a 10-byte file" in found[0][2]
     assert "entry 'x' has data offsets outside the file's 16 data bytes" in found[1][2]
     assert "1 of 3 shards named by the index are absent (e.g. c.safetensors)" in found[2][2]
-    assert result.checkpoint.shards_read == 0 and result.checkpoint.present_layer_ids == [0, 1, 2, 3, 4]  # names from the index
+    assert result.checkpoint.shards_read == 0 and result.checkpoint.present_layer_ids == [
+        0,
+        1,
+        2,
+        3,
+        4,
+    ]  # names from the index
 
 
 # -- bad input -----------------------------------------------------------------------------------
@@ -682,12 +760,17 @@ def test_repo_id_resolves_from_the_local_cache_only(tmp_path: Path) -> None:
     message = refused(
         tmp_path / "root", {"model": "deepseek-ai/DeepSeek-V3", "model_revision": "main"}, ErrorCode.NOT_FOUND
     ).message
-    assert "not in the local Hugging Face cache" in message and "hf download deepseek-ai/DeepSeek-V3 --revision main" in message
+    assert (
+        "not in the local Hugging Face cache" in message
+        and "hf download deepseek-ai/DeepSeek-V3 --revision main" in message
+    )
 
 
 def test_python_override_is_refused_in_review_mode(tmp_path: Path) -> None:
     write_model(tmp_path / "m", fixture("llama"))
-    failure = refused(tmp_path, {"model": "m", "python": sys.executable, "construct": True}, ErrorCode.REVIEW_MODE, mode="review")
+    failure = refused(
+        tmp_path, {"model": "m", "python": sys.executable, "construct": True}, ErrorCode.REVIEW_MODE, mode="review"
+    )
     assert "edit mode" in failure.message
 
 
@@ -749,7 +832,16 @@ def test_no_interpreter_means_no_construction_not_an_error(tmp_path: Path) -> No
 
 def test_differences_name_how_a_field_changed() -> None:
     before = {"a": [1, 2, 3], "b": [1, 2], "c": [1, 2], "d": 1, "e": {"x": 1, "y": 2}, "f": 1.0, "gone": True}
-    after = {"a": [1, 2], "b": [1, 2, 3], "c": [2, 1], "d": 2, "e": {"x": 1, "y": 3}, "f": 1, "new": "v", "generic": None}
+    after = {
+        "a": [1, 2],
+        "b": [1, 2, 3],
+        "c": [2, 1],
+        "d": 2,
+        "e": {"x": 1, "y": 3},
+        "f": 1,
+        "new": "v",
+        "generic": None,
+    }
     found = {(d.field, d.change) for d in diff_dicts("target", before, after, {"generic": None})}
     assert found == {
         ("a", "truncated"),
@@ -773,7 +865,8 @@ def test_constructed_layer_types_are_checked_against_the_raw_rules() -> None:
     built = view(fixture("gemma3"), {"target": {"class": "x:Y", "dict": fixture("gemma3") | {"layer_types": wrong}}})
     assert [f[1] for f in constructed_findings(layout, built)] == ["layer_types_disagree"]
     other = view(
-        fixture("gemma3"), {"target": {"class": "x:Y", "dict": fixture("gemma3") | {"layer_types": ["indexed_attention"] * 26}}}
+        fixture("gemma3"),
+        {"target": {"class": "x:Y", "dict": fixture("gemma3") | {"layer_types": ["indexed_attention"] * 26}}},
     )
     assert constructed_findings(layout, other) == []
 
@@ -784,9 +877,13 @@ def test_differences_are_paged_when_asked() -> None:
     base = {"model": "m", "construct": True}
     first = tool._pages(tool.InspectConfigInput(**base), [], built, None)
     assert len(first.constructed.differences) == 25 and first.constructed.differences_total == 30
-    assert first.next_cursor is None and first.gaps == ["5 more constructed differences: call again with page=differences."]
+    assert first.next_cursor is None and first.gaps == [
+        "5 more constructed differences: call again with page=differences."
+    ]
     paged = tool._pages(tool.InspectConfigInput(**base, page="differences", limit=20), [], built, None)
-    rest = tool._pages(tool.InspectConfigInput(**base, page="differences", limit=20, cursor=paged.next_cursor), [], built, None)
+    rest = tool._pages(
+        tool.InspectConfigInput(**base, page="differences", limit=20, cursor=paged.next_cursor), [], built, None
+    )
     assert [d.field for d in paged.constructed.differences + rest.constructed.differences] == sorted(raw)
     assert rest.next_cursor is None
 
@@ -816,7 +913,9 @@ def construct(tmp_path: Path, python: Path, state: Path, name: str, **arguments:
     return inspect(tmp_path, {"model": name, "python": str(python), "construct": True, **arguments}, state=state)
 
 
-def differences(result: tool.InspectConfigOutput, config: str = "target") -> dict[str, tuple[str, str | None, str | None]]:
+def differences(
+    result: tool.InspectConfigOutput, config: str = "target"
+) -> dict[str, tuple[str, str | None, str | None]]:
     return {d.field: (d.change, d.raw, d.constructed) for d in result.constructed.differences if d.config == config}
 
 
@@ -851,7 +950,9 @@ def test_a_class_that_adds_layer_types(tmp_path: Path, vllm_cpu_python: Path, sh
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_depth_override_and_mtp_speculative_rewrite(tmp_path: Path, vllm_cpu_python: Path, shared_state: Path) -> None:
-    result = construct(tmp_path, vllm_cpu_python, shared_state, "v3", hf_overrides={"num_hidden_layers": 4}, speculative="mtp")
+    result = construct(
+        tmp_path, vllm_cpu_python, shared_state, "v3", hf_overrides={"num_hidden_layers": 4}, speculative="mtp"
+    )
     built = result.constructed
     assert built.config_class == CONFIG_CLASSES["v3"] and built.total_layers == 4
     assert differences(result)["num_hidden_layers"] == ("changed", "61", "4")
@@ -868,7 +969,9 @@ def test_depth_override_and_mtp_speculative_rewrite(tmp_path: Path, vllm_cpu_pyt
 def test_deepseek_v4_vllm_class_keeps_the_mtp_entry_transformers_drops_it(
     tmp_path: Path, vllm_cpu_python: Path, shared_state: Path
 ) -> None:
-    result = construct(tmp_path, vllm_cpu_python, shared_state, "v4", speculative="mtp", hf_overrides={"num_hidden_layers": 4})
+    result = construct(
+        tmp_path, vllm_cpu_python, shared_state, "v4", speculative="mtp", hf_overrides={"num_hidden_layers": 4}
+    )
     built = result.constructed
     assert built.config_class == CONFIG_CLASSES["v4"] and built.total_layers == 4
     assert built.model_class == "vllm.models.deepseek_v4:DeepseekV4ForCausalLM"
@@ -896,7 +999,9 @@ def test_recorded_environment_supplies_interpreter_and_consumer_code(tmp_path: P
     rt = established_plugin(tmp_path, vllm_cpu_python)
     write_model(tmp_path / "m", kimi_like([1, 2, 3], [4]))
     arguments = {"model": "m", "plugin_repo": "plugin", "consumers_of": ["num_hash_layers"]}
-    result = anyio.run(lambda: invoke(tool.SPEC, {**arguments, "construct": False}, ToolEnv(runtime=rt, tool="inspect_config")))
+    result = anyio.run(
+        lambda: invoke(tool.SPEC, {**arguments, "construct": False}, ToolEnv(runtime=rt, tool="inspect_config"))
+    )
     kda = next(i for i in result.id_lists if i.name.endswith("kda_layers"))
     assert kda.base == 1 and kda.evidence.startswith(
         "consumer code: installed_vllm vllm/transformers_utils/configs/kimi_linear.py:"
@@ -946,7 +1051,9 @@ def interpreter_with_plugin(tmp_path: Path, vllm_python: Path) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_plugin_config_patch_from_the_worktree_takes_part(tmp_path: Path, vllm_cpu_python: Path, shared_state: Path) -> None:
+def test_plugin_config_patch_from_the_worktree_takes_part(
+    tmp_path: Path, vllm_cpu_python: Path, shared_state: Path
+) -> None:
     plugin = tmp_path / "plugin"
     (plugin / "vllm_metax").mkdir(parents=True)
     (plugin / "vllm_metax/__init__.py").write_text("")
@@ -956,7 +1063,13 @@ def test_plugin_config_patch_from_the_worktree_takes_part(tmp_path: Path, vllm_c
     git(plugin, "commit", "-qm", "plugin")
     python = interpreter_with_plugin(tmp_path, vllm_cpu_python)
     write_model(tmp_path / "llama", fixture("llama"))
-    arguments = {"model": "llama", "python": str(python), "construct": True, "plugin_repo": "plugin", "subject": "worktree"}
+    arguments = {
+        "model": "llama",
+        "python": str(python),
+        "construct": True,
+        "plugin_repo": "plugin",
+        "subject": "worktree",
+    }
     result = inspect(tmp_path, arguments, state=shared_state)
     built = result.constructed
     assert built.status == "complete", built.errors
@@ -987,6 +1100,10 @@ def dense_layers(config, data):
     trees = [SourceTree("upstream", (("vllm/a.py", source), ("vllm/b.py", broken)))]
     locations, total = find_consumers(trees, "first_k_dense_replace", 20)
     assert [(loc.path, loc.line) for loc in locations] == [
-        ("vllm/a.py", 4), ("vllm/a.py", 5), ("vllm/a.py", 9), ("vllm/a.py", 10), ("vllm/b.py", 2)
+        ("vllm/a.py", 4),
+        ("vllm/a.py", 5),
+        ("vllm/a.py", 9),
+        ("vllm/a.py", 10),
+        ("vllm/b.py", 2),
     ]
     assert total == 5, "a file that does not parse falls back to its word matches"

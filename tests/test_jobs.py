@@ -14,14 +14,23 @@ from typing import Any
 
 import anyio
 import pytest
+from helpers import (
+    JOB_TOOL,
+    TESTS_DIR,
+    kill_pids,
+    pid_alive,
+    pids_with_marker,
+    wait_for,
+    with_tests_on_pythonpath,
+)
 from pydantic import BaseModel
 
-from helpers import JOB_TOOL, TESTS_DIR, kill_pids, pid_alive, pids_with_marker, wait_for, with_tests_on_pythonpath
-from vllm_metax_mcp.core import jobs as jobs_module
-from vllm_metax_mcp.core.errors import ErrorCode, ToolFailure
-from vllm_metax_mcp.core.state import StateStore
-from vllm_metax_mcp.tools.base import Runtime, ToolEnv, ToolSpec, invoke
+from vllm_metax_mcp.core.foundation import jobs as jobs_module
+from vllm_metax_mcp.core.foundation.errors import ErrorCode, ToolFailure
+from vllm_metax_mcp.core.foundation.state import StateStore
+from vllm_metax_mcp.tools.dispatch import invoke
 from vllm_metax_mcp.tools.jobs import SPEC as JOBS_SPEC
+from vllm_metax_mcp.tools.spec import Runtime, ToolEnv, ToolSpec
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -84,7 +93,10 @@ def test_job_finishing_within_the_call_returns_its_result_and_progress(runtime: 
 
     async def run() -> BaseModel:
         return await invoke(
-            JOB_TOOL, {"args": {"steps": 4, "delay": 0.3}}, ToolEnv(runtime, "test_job", progress=progress), job_wait_s=30
+            JOB_TOOL,
+            {"args": {"steps": 4, "delay": 0.3}},
+            ToolEnv(runtime, "test_job", progress=progress),
+            job_wait_s=30,
         )
 
     out = anyio.run(run)
@@ -191,7 +203,7 @@ def test_jobs_tool_refuses_bad_ids(runtime: Runtime) -> None:
 _INCREMENTER = """
 import sys, time
 from pathlib import Path
-from vllm_metax_mcp.core.state import StateStore
+from vllm_metax_mcp.core.foundation.state import StateStore
 store = StateStore(Path(sys.argv[1]))
 go = Path(sys.argv[3])
 while not go.exists():
@@ -205,9 +217,7 @@ for _ in range(int(sys.argv[2])):
 def test_two_processes_sharing_a_state_dir_lose_no_update(tmp_path: Path) -> None:
     state = tmp_path / "state"
     go = tmp_path / "go"
-    procs = [
-        subprocess.Popen([sys.executable, "-c", _INCREMENTER, str(state), "100", str(go)]) for _ in range(2)
-    ]
+    procs = [subprocess.Popen([sys.executable, "-c", _INCREMENTER, str(state), "100", str(go)]) for _ in range(2)]
     try:
         store = StateStore(state)
         time.sleep(0.3)

@@ -11,10 +11,10 @@ import pytest
 from helpers import snapshot
 from mcp import Client
 from test_inspect_config import (
-    established_plugin,
     FIXTURES,
     NORM,
     deepseek_v4_tensors,
+    established_plugin,
     fixture,
     kimi_like,
     kimi_tensors,
@@ -22,11 +22,12 @@ from test_inspect_config import (
     write_model,
 )
 
-from vllm_metax_mcp.core.errors import ErrorCode, ToolFailure
+from vllm_metax_mcp.core.foundation.errors import ErrorCode, ToolFailure
 from vllm_metax_mcp.server.app import build_server
 from vllm_metax_mcp.tools import ALL_TOOLS
 from vllm_metax_mcp.tools import plan_trim as tool
-from vllm_metax_mcp.tools.base import Runtime, ToolEnv, invoke
+from vllm_metax_mcp.tools.dispatch import invoke
+from vllm_metax_mcp.tools.spec import Runtime, ToolEnv
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -213,7 +214,9 @@ def test_targets_choose_the_paths_to_keep(tmp_path: Path) -> None:
     result = plan_fixture(tmp_path, "qnext", targets=["attn:full"])
     assert result.kept_layers == [3]
     assert changes(result)["full_attention_interval"] == ("refit", "4", "1")
-    assert any(u.startswith("attn:linear (original layers 0-2,4-6") and "not among targets" in u for u in result.uncovered)
+    assert any(
+        u.startswith("attn:linear (original layers 0-2,4-6") and "not among targets" in u for u in result.uncovered
+    )
     failure = refused(tmp_path, {"model": "qnext", "targets": ["attn:sliding"]})
     assert "'attn:sliding' is no path of this model; its paths are: moe, attn:linear, attn:full" in failure.message
 
@@ -225,7 +228,9 @@ def test_keep_mtp_zero_drops_the_mtp_layer_and_its_array_tail(tmp_path: Path) ->
     assert changes(result)["num_nextn_predict_layers"] == ("set", "1", "0")
     assert any(u.startswith("MTP layer(s) 43: dropped") for u in result.uncovered)
     assert not any(c.startswith("mtp-draft") for c in result.smoke_cases)
-    assert "keep_mtp=2 but the config declares 1 MTP layer(s)" in refused(tmp_path, {"model": "v4", "keep_mtp": 2}).message
+    assert (
+        "keep_mtp=2 but the config declares 1 MTP layer(s)" in refused(tmp_path, {"model": "v4", "keep_mtp": 2}).message
+    )
 
 
 def test_one_based_id_list_is_renumbered_in_its_own_base(tmp_path: Path) -> None:
@@ -240,7 +245,9 @@ def test_one_based_id_list_is_renumbered_in_its_own_base(tmp_path: Path) -> None
 def test_an_id_list_of_undetermined_base_is_refused(tmp_path: Path) -> None:
     write_model(tmp_path / "m", kimi_like([1, 2, 3], [4]))
     failure = refused(tmp_path, {"model": "m"})
-    assert "linear_attn_config.kda_layers lists layers [1, 2, 3] but its base (0 or 1) is undetermined" in failure.message
+    assert (
+        "linear_attn_config.kda_layers lists layers [1, 2, 3] but its base (0 or 1) is undetermined" in failure.message
+    )
 
 
 def test_a_periodic_rule_no_value_can_express_becomes_an_explicit_list(tmp_path: Path) -> None:
@@ -308,7 +315,8 @@ def test_tp_notes_and_pipeline_stages(tmp_path: Path) -> None:
     assert [s.layers for s in result.budgets.stages] == [[0], [1], [3, 61]]
     assert result.parallel[0].startswith("Depth does not change TP limits")
     assert any(
-        "moe_intermediate_size 2048 / tp 32 = 64 per rank is not a multiple of the FP8 block 128" in n for n in result.parallel
+        "moe_intermediate_size 2048 / tp 32 = 64 per rank is not a multiple of the FP8 block 128" in n
+        for n in result.parallel
     )
     assert any(n.startswith("pp stage 2: original layers 3 (attn:full, mla, moe)") for n in result.notes)
     q3 = plan_fixture(tmp_path, "q3moe", tp=8)

@@ -7,12 +7,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from helpers import git, make_repo
-from vllm_metax_mcp.core.atomic import EXPORT_MARKER, staged_directory, write_bytes_atomic
-from vllm_metax_mcp.core.errors import ErrorCode, ToolFailure
-from vllm_metax_mcp.core.git import open_repository
-from vllm_metax_mcp.core.policy import Policy
+
+from vllm_metax_mcp.core.foundation.atomic import (
+    EXPORT_MARKER,
+    staged_directory,
+    write_bytes_atomic,
+)
+from vllm_metax_mcp.core.foundation.errors import ErrorCode, ToolFailure
+from vllm_metax_mcp.core.foundation.policy import Policy
+from vllm_metax_mcp.core.sources.git import open_repository
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -158,12 +162,11 @@ def test_staged_directory_failure_leaves_no_target_and_no_temp_sibling(tmp_path:
     parent.mkdir()
     target = parent / "model"
 
-    with pytest.raises(RuntimeError, match="half way"):
-        with staged_directory(target) as staging:
-            (staging / "config.json").write_text("{}")
-            (staging / "sub").mkdir()
-            (staging / "sub" / "weights.bin").write_bytes(b"\0" * 1024)
-            raise RuntimeError("half way")
+    with pytest.raises(RuntimeError, match="half way"), staged_directory(target) as staging:
+        (staging / "config.json").write_text("{}")
+        (staging / "sub").mkdir()
+        (staging / "sub" / "weights.bin").write_bytes(b"\0" * 1024)
+        raise RuntimeError("half way")
 
     assert not target.exists()
     assert sorted(os.listdir(parent)) == []
@@ -174,15 +177,13 @@ def test_staged_directory_replace_keeps_old_content_on_failure(tmp_path: Path) -
     target = earlier_output(parent / "model")
     (target / "old.txt").write_text("old")
 
-    with pytest.raises(ToolFailure) as info:
-        with staged_directory(target):
-            pass
+    with pytest.raises(ToolFailure) as info, staged_directory(target):
+        pass
     assert info.value.code is ErrorCode.BAD_INPUT
 
-    with pytest.raises(RuntimeError):
-        with staged_directory(target, replace=True) as staging:
-            (staging / "new.txt").write_text("new")
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), staged_directory(target, replace=True) as staging:
+        (staging / "new.txt").write_text("new")
+        raise RuntimeError("boom")
     assert sorted(os.listdir(parent)) == ["model"]
     assert sorted(os.listdir(target)) == [EXPORT_MARKER, "old.txt"]
 
@@ -207,9 +208,8 @@ def test_staged_directory_interrupted_between_its_renames_puts_the_old_output_ba
         real_replace(source, destination)
 
     monkeypatch.setattr(os, "replace", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        with staged_directory(target, replace=True) as staging:
-            (staging / "new.txt").write_text("new")
+    with pytest.raises(KeyboardInterrupt), staged_directory(target, replace=True) as staging:
+        (staging / "new.txt").write_text("new")
     monkeypatch.setattr(os, "replace", real_replace)
     assert sorted(os.listdir(tmp_path)) == ["model"]
     assert sorted(os.listdir(target)) == [EXPORT_MARKER, "old.txt"]

@@ -15,15 +15,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vllm_metax_mcp.core.pyindex import (
+from vllm_metax_mcp.core.code.module_index import (
     MAX_BUNDLES,
     ModuleIndex,
     ModuleRecord,
     RecordCache,
     scan_source,
 )
-from vllm_metax_mcp.core.state import StateStore
-from vllm_metax_mcp.core.subjects import DirectorySubject
+from vllm_metax_mcp.core.foundation.state import StateStore
+from vllm_metax_mcp.core.sources.subjects import DirectorySubject
 
 SAMPLE = textwrap.dedent(
     '''
@@ -107,7 +107,7 @@ SAMPLE = textwrap.dedent(
 )
 
 SIGNATURES = textwrap.dedent(
-    '''
+    """
     def a(x: tuple[int,] = (), y: t[()] = -1, *, z: 'q"x' = b'\\x00', w=u'u', v: p | (q | r) = 1.5, u=-n, s=[1, [2]], **k: dict[str, list[int | None]]) -> int | None: ...
     def b(p, q=1, /, r=2, *s: int, t, u=3, **v): ...
     def c(*, a): ...
@@ -115,7 +115,7 @@ SIGNATURES = textwrap.dedent(
     def e(x: Callable[[int, str], None] = ..., y: float = 1e999, z=True, n=None, m=0x10, f=float('nan')) -> 'A': ...
     def f(a: x.y.z[a.b, c] = (1, 2), b: x[1:2] = {1: 2}, c=(), d=(1,), e=lambda: 0, g=a if b else c, h=not_a.call()) -> x[...]: ...
     def g(a: 'it''s' = "\\n", b=2 ** 8, c=-(1), d=+1, e=~1, f=1 | 2, g=(*a, 1)) -> None: ...
-    '''
+    """
 )
 
 
@@ -133,8 +133,11 @@ def _expected_uses(node: ast.AST) -> tuple[list[str], list[str]]:
         elif isinstance(child, ast.Attribute):
             chain = child.value
             if (
-                isinstance(chain, ast.Attribute) and isinstance(chain.value, ast.Attribute) and chain.value.attr == "ops"
-                and isinstance(chain.value.value, ast.Name) and chain.value.value.id == "torch"
+                isinstance(chain, ast.Attribute)
+                and isinstance(chain.value, ast.Attribute)
+                and chain.value.attr == "ops"
+                and isinstance(chain.value.value, ast.Name)
+                and chain.value.value.id == "torch"
                 and f"{chain.attr}.{child.attr}" not in ops
             ):
                 ops.append(f"{chain.attr}.{child.attr}")
@@ -143,9 +146,14 @@ def _expected_uses(node: ast.AST) -> tuple[list[str], list[str]]:
 
 def _snapshot(record: ModuleRecord) -> dict[str, Any]:
     return {
-        "imports": record.imports, "definitions": record.definitions, "names_used": record.names_used,
-        "torch_ops": record.torch_ops, "jit_kernels": record.jit_kernels, "exports": record.exports,
-        "error": record.error, "guarded_names": record.guarded_names,
+        "imports": record.imports,
+        "definitions": record.definitions,
+        "names_used": record.names_used,
+        "torch_ops": record.torch_ops,
+        "jit_kernels": record.jit_kernels,
+        "exports": record.exports,
+        "error": record.error,
+        "guarded_names": record.guarded_names,
     }
 
 
@@ -225,12 +233,16 @@ def test_signatures_are_written_as_ast_unparse_writes_them() -> None:
     for node in _functions(ast.parse(SAMPLE)):
         definition = sample.definition(node.name)
         assert definition is not None
-        assert definition.signature == f"({ast.unparse(node.args)})" + (f" -> {ast.unparse(node.returns)}" if node.returns else "")
+        assert definition.signature == f"({ast.unparse(node.args)})" + (
+            f" -> {ast.unparse(node.returns)}" if node.returns else ""
+        )
 
 
 def test_body_hash_ignores_docstrings_comments_and_blank_lines() -> None:
     before = "def f(x):\n    '''Doc.'''\n    return x + 1\n\nclass C:\n    a = 1\n    def m(self):\n        return 1\n"
-    after = "def f(x):\n    # a note\n\n    return x + 1   \n\nclass C:\n    a = 1\n    def m(self):\n        return 2\n"
+    after = (
+        "def f(x):\n    # a note\n\n    return x + 1   \n\nclass C:\n    a = 1\n    def m(self):\n        return 2\n"
+    )
     old, new = scan_source(before.encode()), scan_source(after.encode())
     assert old.definitions[0].body_hash == new.definitions[0].body_hash
     assert old.definitions[1].own_hash == new.definitions[1].own_hash  # only a method changed
@@ -249,7 +261,9 @@ def test_malformed_source_is_a_record_error() -> None:
 def _plain_tree(top: Path, count: int) -> dict[str, str]:
     files = {"pkg/__init__.py": "from .mod0 import Thing as Thing\n"}
     for number in range(count):
-        files[f"pkg/mod{number}.py"] = f"import os\nfrom . import mod{(number + 1) % count}\n\nclass Thing{number}(Base):\n    def run(self, n: int = {number}) -> int:\n        return n\n"
+        files[f"pkg/mod{number}.py"] = (
+            f"import os\nfrom . import mod{(number + 1) % count}\n\nclass Thing{number}(Base):\n    def run(self, n: int = {number}) -> int:\n        return n\n"
+        )
     files["pkg/mod0.py"] += "class Thing:\n    pass\n"
     files["pkg/bad.py"] = "def broken(:\n"
     return files

@@ -12,34 +12,49 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
+from workbench import git
 
 from vllm_metax_mcp.resources import GUIDES
 from vllm_metax_mcp.server.app import build_server
 from vllm_metax_mcp.tools import ALL_TOOLS
-from vllm_metax_mcp.tools.base import Runtime
-from workbench import git
+from vllm_metax_mcp.tools.spec import Runtime
 
 CALL = re.compile(r"`([A-Za-z_][\w.]*)\(([^`]*)\)`")
 FIELD = re.compile(r"`([a-z_]+)\.([a-z_]+)`")
-CODE_CALLS_IN_PROSE = frozenset({"has_device_capability", "is_device_capability", "is_cuda", "is_rocm", "is_out_of_tree"})
+CODE_CALLS_IN_PROSE = frozenset(
+    {"has_device_capability", "is_device_capability", "is_cuda", "is_rocm", "is_out_of_tree"}
+)
 """Calls the guides quote from upstream code, not tool calls."""
 
 
 def documents() -> dict[str, str]:
-    texts = {f"resources/{p.name}": p.read_text() for p in package_files.files("vllm_metax_mcp.resources").iterdir() if p.name.endswith(".md")}
-    texts |= {f"prompts/{p.name}": p.read_text() for p in package_files.files("vllm_metax_mcp.prompts").iterdir() if p.name.endswith(".md")}
+    texts = {
+        f"resources/{p.name}": p.read_text()
+        for p in package_files.files("vllm_metax_mcp.resources").iterdir()
+        if p.name.endswith(".md")
+    }
+    texts |= {
+        f"prompts/{p.name}": p.read_text()
+        for p in package_files.files("vllm_metax_mcp.prompts").iterdir()
+        if p.name.endswith(".md")
+    }
     return texts
 
 
 def schemas() -> dict[str, tuple[set[str], set[str]]]:
     return {
-        spec.name: (set(spec.input_model.model_json_schema()["properties"]), set(spec.output_model.model_json_schema()["properties"]))
+        spec.name: (
+            set(spec.input_model.model_json_schema()["properties"]),
+            set(spec.output_model.model_json_schema()["properties"]),
+        )
         for spec in ALL_TOOLS
     }
 
 
 def test_every_guide_file_is_served() -> None:
-    on_disk = {name.removeprefix("resources/").removesuffix(".md") for name in documents() if name.startswith("resources/")}
+    on_disk = {
+        name.removeprefix("resources/").removesuffix(".md") for name in documents() if name.startswith("resources/")
+    }
     assert on_disk == {guide.slug for guide in GUIDES}
 
 
@@ -93,9 +108,15 @@ def test_static_and_dynamic_resources_read(workspace: dict[str, Path], mode: str
             text = (await client.read_resource(guide.uri)).contents[0].text
             assert text.startswith("# ")
         templates = {t.uri_template for t in (await client.list_resource_templates()).resource_templates}
-        assert {"vllm-metax://environments/{record_id}", "vllm-metax://jobs/{job_id}", "vllm-metax://results/{result_id}", "vllm-metax://smoke/{run_id}"} <= templates
+        assert {
+            "vllm-metax://environments/{record_id}",
+            "vllm-metax://jobs/{job_id}",
+            "vllm-metax://results/{result_id}",
+            "vllm-metax://smoke/{run_id}",
+        } <= templates
         established = await client.call_tool(
-            "environment", {"plugin_repo": "plugin", "action": "establish", "python": str(Path(__import__("sys").executable))}
+            "environment",
+            {"plugin_repo": "plugin", "action": "establish", "python": str(Path(__import__("sys").executable))},
         )
         assert not established.is_error, established.content
         result_id = established.structured_content["result_id"]
@@ -104,7 +125,11 @@ def test_static_and_dynamic_resources_read(workspace: dict[str, Path], mode: str
         assert '"tool": "environment"' in cited
         record = (await client.read_resource(f"vllm-metax://environments/{record_id}")).contents[0].text
         assert '"probe_id"' in record
-        for refused in ("vllm-metax://results/..%2F..%2Fetc", "vllm-metax://environments/%2Fetc%2Fpasswd", "vllm-metax://jobs/j-nothex"):
+        for refused in (
+            "vllm-metax://results/..%2F..%2Fetc",
+            "vllm-metax://environments/%2Fetc%2Fpasswd",
+            "vllm-metax://jobs/j-nothex",
+        ):
             with pytest.raises(MCPError):
                 await client.read_resource(refused)
 
@@ -118,8 +143,14 @@ def test_prompts_fill_in_what_the_record_knows(workspace: dict[str, Path], mode:
         assert names == {"upgrade_model", "review_upgrade", "trim_model", "smoke_test"}
         before = (await client.get_prompt("review_upgrade", {"plugin_repo": "plugin"})).messages[0].content.text
         assert "No environment record yet" in before
-        await client.call_tool("environment", {"plugin_repo": "plugin", "action": "establish", "python": __import__("sys").executable})
-        after = (await client.get_prompt("upgrade_model", {"models": "DeepseekV4ForCausalLM", "plugin_repo": "plugin"})).messages[0].content.text
+        await client.call_tool(
+            "environment", {"plugin_repo": "plugin", "action": "establish", "python": __import__("sys").executable}
+        )
+        after = (
+            (await client.get_prompt("upgrade_model", {"models": "DeepseekV4ForCausalLM", "plugin_repo": "plugin"}))
+            .messages[0]
+            .content.text
+        )
         assert "DeepseekV4ForCausalLM" in after and "AGENTS.md" in after
         assert __import__("sys").executable in after
         trim = (await client.get_prompt("trim_model", {"source": "ckpt"})).messages[0].content.text

@@ -13,18 +13,33 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from helpers import git, make_repo, plain_git_env, snapshot
-from vllm_metax_mcp.core.errors import ErrorCode, ToolFailure
-from vllm_metax_mcp.core.git import READ_ONLY_SUBCOMMANDS, Repository, open_repository
-from vllm_metax_mcp.core.policy import Policy
+
+from vllm_metax_mcp.core.foundation.errors import ErrorCode, ToolFailure
+from vllm_metax_mcp.core.foundation.policy import Policy
+from vllm_metax_mcp.core.sources.git import (
+    READ_ONLY_SUBCOMMANDS,
+    Repository,
+    open_repository,
+)
 
 pytestmark = pytest.mark.timeout(90)
 
 HOOK_NAMES = (
-    "pre-commit", "prepare-commit-msg", "commit-msg", "post-commit", "post-checkout", "post-merge",
-    "pre-rebase", "post-rewrite", "post-index-change", "reference-transaction", "pre-auto-gc",
-    "fsmonitor-watchman", "pre-push", "sendemail-validate",
+    "pre-commit",
+    "prepare-commit-msg",
+    "commit-msg",
+    "post-commit",
+    "post-checkout",
+    "post-merge",
+    "pre-rebase",
+    "post-rewrite",
+    "post-index-change",
+    "reference-transaction",
+    "pre-auto-gc",
+    "fsmonitor-watchman",
+    "pre-push",
+    "sendemail-validate",
 )
 
 # One entry per read-only subcommand the runner allows; a new subcommand must be added here.
@@ -45,8 +60,14 @@ READ_BATTERY: dict[str, list[tuple[str, ...]]] = {
 # Subcommands and options that compare with the work tree: git would refresh .git/index and run
 # the repository's clean filters, so the runner refuses them (the work tree is read directly).
 WORKTREE_COMPARING: list[tuple[str, ...]] = [
-    ("diff",), ("diff", "HEAD"), ("describe", "--always", "--dirty"), ("blame", "--", "pkg/model.py"),
-    ("grep", "-e", "forward"), ("ls-files", "-m"), ("ls-files", "--modified"), ("ls-files", "-d"),
+    ("diff",),
+    ("diff", "HEAD"),
+    ("describe", "--always", "--dirty"),
+    ("blame", "--", "pkg/model.py"),
+    ("grep", "-e", "forward"),
+    ("ls-files", "-m"),
+    ("ls-files", "--modified"),
+    ("ls-files", "-d"),
 ]
 
 
@@ -309,10 +330,18 @@ def test_gpg_program_canary_never_runs(tmp_path: Path) -> None:
         f"tree {tree}\nparent {parent}\nauthor T <t@e> 1700000000 +0000\ncommitter T <t@e> 1700000000 +0000\n"
         "gpgsig -----BEGIN PGP SIGNATURE-----\n \n AAAA\n -----END PGP SIGNATURE-----\n\nsigned\n"
     )
-    sha = subprocess.run(
-        ["git", "hash-object", "-t", "commit", "-w", "--stdin"], cwd=repo, input=body.encode(),
-        env=plain_git_env(), capture_output=True, check=True,
-    ).stdout.decode().strip()
+    sha = (
+        subprocess.run(
+            ["git", "hash-object", "-t", "commit", "-w", "--stdin"],
+            cwd=repo,
+            input=body.encode(),
+            env=plain_git_env(),
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .strip()
+    )
     git(repo, "update-ref", "refs/heads/signed", sha)
 
     plain_git_in_copy(repo, tmp_path, "log", "-1", "signed")

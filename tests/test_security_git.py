@@ -26,11 +26,12 @@ from typing import Any
 
 import anyio
 import pytest
+from helpers import console_script, git, make_repo, plain_git_env
 from mcp import Client
 
-from helpers import console_script, git, make_repo, plain_git_env
-from vllm_metax_mcp.core.errors import ErrorCode, ToolFailure
-from vllm_metax_mcp.core.git import (
+from vllm_metax_mcp.core.foundation.errors import ErrorCode, ToolFailure
+from vllm_metax_mcp.core.foundation.policy import Policy
+from vllm_metax_mcp.core.sources.git import (
     NEUTRALISING_CONFIG,
     OVERRIDDEN,
     PROGRAM_KEYS,
@@ -41,10 +42,9 @@ from vllm_metax_mcp.core.git import (
     parse_alternates,
     run_git,
 )
-from vllm_metax_mcp.core.policy import Policy
-from vllm_metax_mcp.core.subjects import RevisionSubject
+from vllm_metax_mcp.core.sources.subjects import RevisionSubject
 from vllm_metax_mcp.server.app import build_server
-from vllm_metax_mcp.tools.base import Runtime
+from vllm_metax_mcp.tools.spec import Runtime
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -86,24 +86,37 @@ def ext_url(canary: Path) -> str:
 
 
 def _ext_partial_clone(tmp: Path, repo: Path, canary: Path) -> None:
-    configure(repo, [
-        ("extensions.partialClone", "origin"), ("remote.origin.promisor", "true"),
-        ("remote.origin.url", ext_url(canary)), ("protocol.ext.allow", "always"),
-    ])
+    configure(
+        repo,
+        [
+            ("extensions.partialClone", "origin"),
+            ("remote.origin.promisor", "true"),
+            ("remote.origin.url", ext_url(canary)),
+            ("protocol.ext.allow", "always"),
+        ],
+    )
 
 
 def _ext_promisor_only(tmp: Path, repo: Path, canary: Path) -> None:
-    configure(repo, [("remote.origin.promisor", "true"), ("remote.origin.url", ext_url(canary)), ("protocol.ext.allow", "always")])
+    configure(
+        repo,
+        [("remote.origin.promisor", "true"), ("remote.origin.url", ext_url(canary)), ("protocol.ext.allow", "always")],
+    )
 
 
 def _local_remote_uploadpack(tmp: Path, repo: Path, canary: Path) -> None:
     remote = tmp / "remote.git"
     git(tmp, "init", "-q", "--bare", str(remote))
-    configure(repo, [
-        ("extensions.partialClone", "origin"), ("remote.origin.promisor", "true"),
-        ("remote.origin.url", str(remote)), ("remote.origin.uploadpack", f"touch {canary}; git-upload-pack"),
-        ("protocol.file.allow", "always"),
-    ])
+    configure(
+        repo,
+        [
+            ("extensions.partialClone", "origin"),
+            ("remote.origin.promisor", "true"),
+            ("remote.origin.url", str(remote)),
+            ("remote.origin.uploadpack", f"touch {canary}; git-upload-pack"),
+            ("protocol.file.allow", "always"),
+        ],
+    )
 
 
 def _promisor_in_include(tmp: Path, repo: Path, canary: Path) -> None:
@@ -114,10 +127,15 @@ def _promisor_in_include(tmp: Path, repo: Path, canary: Path) -> None:
 
 
 def _odd_remote_name(tmp: Path, repo: Path, canary: Path) -> None:
-    configure(repo, [
-        ("extensions.partialclone", "Lazy.One"), ("remote.Lazy.One.promisor", "1"),
-        ("remote.Lazy.One.url", ext_url(canary)), ("protocol.ext.allow", "always"),
-    ])
+    configure(
+        repo,
+        [
+            ("extensions.partialclone", "Lazy.One"),
+            ("remote.Lazy.One.promisor", "1"),
+            ("remote.Lazy.One.url", ext_url(canary)),
+            ("protocol.ext.allow", "always"),
+        ],
+    )
 
 
 FETCH_VARIANTS: dict[str, Callable[[Path, Path, Path], None]] = {
@@ -223,7 +241,9 @@ def borrowing_repo(tmp: Path, variant: str) -> tuple[Path, Path, Path]:
     ALTERNATE_VARIANTS[variant](tmp, repo, outside)
     (repo / ".git" / "refs" / "heads" / "outside").write_text(commit + "\n")
     shown = plain(repo, "cat-file", "-p", "outside:pkg/model.py")
-    assert SECRET in shown.stdout.decode(), f"control: plain git should read the secret through {variant}: {shown.stderr!r}"
+    assert SECRET in shown.stdout.decode(), (
+        f"control: plain git should read the secret through {variant}: {shown.stderr!r}"
+    )
     return root, repo, outside
 
 
@@ -245,9 +265,24 @@ def alternate_calls() -> list[tuple[str, dict[str, Any]]]:
 
 def call_cli(tmp: Path, root: Path, mode: str, tool: str, arguments: dict[str, Any]) -> tuple[dict[str, Any], str]:
     proc = subprocess.run(
-        [str(console_script()), "call", tool, "--root", str(root), "--state-dir", str(tmp / f"state-{mode}"),
-         "--mode", mode, "--args", json.dumps(arguments)],
-        check=False, capture_output=True, text=True, timeout=120, cwd=tmp,
+        [
+            str(console_script()),
+            "call",
+            tool,
+            "--root",
+            str(root),
+            "--state-dir",
+            str(tmp / f"state-{mode}"),
+            "--mode",
+            mode,
+            "--args",
+            json.dumps(arguments),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp,
     )
     assert "Traceback" not in proc.stderr, proc.stderr
     if proc.returncode == 0:
@@ -256,7 +291,9 @@ def call_cli(tmp: Path, root: Path, mode: str, tool: str, arguments: dict[str, A
     return json.loads(proc.stderr), proc.stdout + proc.stderr
 
 
-def call_mcp(tmp: Path, root: Path, mode: str, calls: list[tuple[str, dict[str, Any]]]) -> list[tuple[dict[str, Any], str]]:
+def call_mcp(
+    tmp: Path, root: Path, mode: str, calls: list[tuple[str, dict[str, Any]]]
+) -> list[tuple[dict[str, Any], str]]:
     runtime = Runtime.create([str(root)], mode=mode, state_dir=str(tmp / f"state-mcp-{mode}"))
     server = build_server(runtime)
 
@@ -269,7 +306,9 @@ def call_mcp(tmp: Path, root: Path, mode: str, calls: list[tuple[str, dict[str, 
                 if result.is_error:
                     answers.append((json.loads(text), text))
                 else:
-                    answers.append(({"result": result.structured_content}, text + json.dumps(result.structured_content)))
+                    answers.append(
+                        ({"result": result.structured_content}, text + json.dumps(result.structured_content))
+                    )
         return answers
 
     return anyio.run(main)
@@ -318,8 +357,12 @@ def test_unguarded_runner_still_never_fetches(tmp_path: Path) -> None:
     for variant in ("ext-partial-clone", "local-remote-uploadpack", "promisor-in-include"):
         case = tmp_path / variant
         _root, repo, canary = fetching_repo(case, variant)
-        for args in (("cat-file", "-e", MISSING), ("rev-parse", "--verify", "--quiet", f"{MISSING}^{{commit}}"),
-                     ("ls-tree", MISSING), ("show", MISSING)):
+        for args in (
+            ("cat-file", "-e", MISSING),
+            ("rev-parse", "--verify", "--quiet", f"{MISSING}^{{commit}}"),
+            ("ls-tree", MISSING),
+            ("show", MISSING),
+        ):
             run_git(repo, *args)
             assert not canary.exists(), f"{variant}: git {args[0]} ran the remote's command"
 
@@ -330,7 +373,9 @@ def test_missing_objects_are_not_found_and_never_fetched(tmp_path: Path) -> None
     root = tmp_path / "root"
     repo = make_repo(root / "repo")
     canary = tmp_path / "canary"
-    configure(repo, [("remote.origin.url", ext_url(canary)), ("protocol.allow", "always"), ("protocol.ext.allow", "always")])
+    configure(
+        repo, [("remote.origin.url", ext_url(canary)), ("protocol.allow", "always"), ("protocol.ext.allow", "always")]
+    )
     blob = git(repo, "rev-parse", "HEAD:pkg/model.py").strip()
     loose = repo / ".git" / "objects" / blob[:2] / blob[2:]
     loose.chmod(0o644)
@@ -345,8 +390,25 @@ def test_missing_objects_are_not_found_and_never_fetched(tmp_path: Path) -> None
     with pytest.raises(ToolFailure) as missing_tree:
         opened.run("ls-tree", MISSING)
     assert missing_tree.value.code is ErrorCode.NOT_FOUND
-    answers = call_mcp(tmp_path, root, "review", [("diff_model", {"plugin_repo": "repo", "upstream": "repo", "target": "HEAD", "paths": ["pkg/"], "subject": "revision", "revision": "HEAD"})])
-    (answer, text), = answers
+    answers = call_mcp(
+        tmp_path,
+        root,
+        "review",
+        [
+            (
+                "diff_model",
+                {
+                    "plugin_repo": "repo",
+                    "upstream": "repo",
+                    "target": "HEAD",
+                    "paths": ["pkg/"],
+                    "subject": "revision",
+                    "revision": "HEAD",
+                },
+            )
+        ],
+    )
+    ((answer, text),) = answers
     assert answer.get("error", {}).get("code") == "not_found", answer
     assert str(tmp_path) not in text
     assert not canary.exists()
@@ -383,7 +445,10 @@ def test_every_transport_is_forbidden_and_every_overridden_key_is_overridden() -
     for rule in PROGRAM_KEYS:
         if rule.handling == OVERRIDDEN:
             assert any(fnmatch.fnmatchcase(key, rule.pattern) for key in overridden), rule
-    assert {rule.pattern for rule in PROGRAM_KEYS if rule.handling == REFUSED} == {"extensions.partialclone", "remote.*.promisor"}
+    assert {rule.pattern for rule in PROGRAM_KEYS if rule.handling == REFUSED} == {
+        "extensions.partialclone",
+        "remote.*.promisor",
+    }
 
 
 def test_empty_allow_protocol_beats_a_repository_allow_always(tmp_path: Path) -> None:
@@ -392,9 +457,18 @@ def test_empty_allow_protocol_beats_a_repository_allow_always(tmp_path: Path) ->
     canary = tmp_path / "canary"
     configure(repo, [("protocol.ext.allow", "always"), ("protocol.allow", "always")])
     env = {**plain_git_env(), "GIT_ALLOW_PROTOCOL": ""}
-    subprocess.run(["git", "ls-remote", ext_url(canary)], check=False, cwd=repo, env=env, capture_output=True, timeout=60)
+    subprocess.run(
+        ["git", "ls-remote", ext_url(canary)], check=False, cwd=repo, env=env, capture_output=True, timeout=60
+    )
     assert not canary.exists()
-    subprocess.run(["git", "ls-remote", ext_url(canary)], check=False, cwd=repo, env=plain_git_env(), capture_output=True, timeout=60)
+    subprocess.run(
+        ["git", "ls-remote", ext_url(canary)],
+        check=False,
+        cwd=repo,
+        env=plain_git_env(),
+        capture_output=True,
+        timeout=60,
+    )
     assert canary.exists(), "control: without the empty allow-list the repository's setting runs the command"
 
 
@@ -406,7 +480,9 @@ def test_alternates_outside_the_roots_are_refused_through_mcp_in_both_modes(vari
     root, _repo, outside = borrowing_repo(tmp_path, variant)
     before = tree_hashes(root, outside)
     for mode in MODES:
-        for (tool, arguments), (answer, text) in zip(alternate_calls(), call_mcp(tmp_path, root, mode, alternate_calls())):
+        for (tool, arguments), (answer, text) in zip(
+            alternate_calls(), call_mcp(tmp_path, root, mode, alternate_calls())
+        ):
             assert SECRET not in text, f"{variant}: {mode} {tool} leaked the outside repository's content"
             assert_refused(answer, "outside_roots", ("object store",), tmp_path, f"{mode} {tool} {arguments}")
     assert tree_hashes(root, outside) == before
@@ -430,7 +506,7 @@ def test_alternates_inside_the_roots_still_work(tmp_path: Path) -> None:
     root, _repo, outside = borrowing_repo(tmp_path, "nested-relative")
     shutil.move(str(outside), str(root / "outside"))
     (root / "middle/objects/info/alternates").write_text("../../outside/.git/objects\n")
-    (answer, text), = call_mcp(tmp_path, root, "review", alternate_calls()[:1])
+    ((answer, text),) = call_mcp(tmp_path, root, "review", alternate_calls()[:1])
     assert "result" in answer, answer
     assert SECRET in text
 
@@ -460,7 +536,11 @@ def test_alternates_added_after_the_first_call_are_refused_on_the_next(tmp_path:
 def test_parse_alternates_reads_entries_as_git_does() -> None:
     data = b'# comment\n\n/abs/objects\nrel/objects/\n"quo\\164ed\\nline"\n"broken\nplain\0/after/nul\n'
     assert parse_alternates(data) == [
-        (3, "/abs/objects"), (4, "rel/objects/"), (5, "quoted\nline"), (6, '"broken'), (7, "plain"),
+        (3, "/abs/objects"),
+        (4, "rel/objects/"),
+        (5, "quoted\nline"),
+        (6, '"broken'),
+        (7, "plain"),
     ]
 
 
@@ -471,7 +551,9 @@ def test_include_outside_the_roots_created_later_is_refused_on_the_next_call(tmp
     later = tmp_path / "later.cfg"
     configure(repo, [("include.path", str(later))])
     opened = open_repository(repo, Policy.create([str(root)]))  # absent: git reads nothing from it
-    later.write_text(f'[extensions]\n\tpartialClone = origin\n[remote "origin"]\n\turl = {ext_url(canary)}\n\tpromisor = true\n')
+    later.write_text(
+        f'[extensions]\n\tpartialClone = origin\n[remote "origin"]\n\turl = {ext_url(canary)}\n\tpromisor = true\n'
+    )
     with pytest.raises(ToolFailure) as refused:
         opened.run("cat-file", "-e", MISSING)
     assert refused.value.code is ErrorCode.OUTSIDE_ROOTS
@@ -488,7 +570,13 @@ def test_a_file_the_config_names_outside_the_roots_is_refused(key: str, tmp_path
     os.mkfifo(fifo)
     configure(repo, [(key, str(fifo))])
     for mode in MODES:
-        answer, _ = call_cli(tmp_path, root, mode, "diff_model", {"plugin_repo": "repo", "upstream": "repo", "target": "HEAD", "paths": ["pkg/"]})
+        answer, _ = call_cli(
+            tmp_path,
+            root,
+            mode,
+            "diff_model",
+            {"plugin_repo": "repo", "upstream": "repo", "target": "HEAD", "paths": ["pkg/"]},
+        )
         assert_refused(answer, "outside_roots", (key.lower(),), tmp_path, f"{mode} {key}")
     inside = root / "ignore-list"
     inside.write_text("*.tmp\n")
@@ -507,7 +595,9 @@ def test_an_interpolated_path_in_the_config_is_refused(tmp_path: Path) -> None:
     assert refused.value.code is ErrorCode.OUTSIDE_ROOTS and "interpolates" in refused.value.message
 
 
-@pytest.mark.parametrize("entry", ["info/exclude", "info/attributes", "info/grafts", "shallow", "packed-refs", "refs/heads/x"])
+@pytest.mark.parametrize(
+    "entry", ["info/exclude", "info/attributes", "info/grafts", "shallow", "packed-refs", "refs/heads/x"]
+)
 def test_a_git_dir_file_linking_out_or_blocking_is_refused(entry: str, tmp_path: Path) -> None:
     """Files git reads from the git directory on the runner's calls: a link out of the roots, or a
     FIFO (which would hang every call), refuses the repository through the CLI in both modes."""

@@ -10,7 +10,7 @@ that may name where the launched server writes (any env value, a plain option, -
 may not name a path in a read root either, though edit mode passes it; --download-dir is refused in
 both (not on the allow-list).
 
-Exercised three ways: the rules themselves (core/launch_rules.py), `run_smoke_test` through the
+Exercised three ways: the rules themselves (core/smoke/launch_rules.py), `run_smoke_test` through the
 CLI (`vllm-metax-mcp call`), and through a real MCP client, in edit and review mode. Refusals
 happen before any launch, so no vLLM is needed; the passing calls ask for a device that does not
 exist (97), so the run ends `blocked` without starting a server and its plan shows what would
@@ -34,15 +34,15 @@ import pytest
 from helpers import console_script, git
 from mcp import Client
 
-from vllm_metax_mcp.core.errors import ToolFailure
-from vllm_metax_mcp.core.launch_rules import (
+from vllm_metax_mcp.core.foundation.errors import ToolFailure
+from vllm_metax_mcp.core.foundation.policy import Policy
+from vllm_metax_mcp.core.smoke.launch_rules import (
     check_env,
     check_json_value,
     check_serve_args,
 )
-from vllm_metax_mcp.core.policy import Policy
 from vllm_metax_mcp.server.app import build_server
-from vllm_metax_mcp.tools.base import Runtime
+from vllm_metax_mcp.tools.spec import Runtime
 
 CANARY = f"CANARY-launch-{uuid.uuid4().hex}"
 TEMPLATE = "{{ messages[0]['content'] }}"
@@ -94,17 +94,31 @@ def refusals(w: World) -> list[tuple[str, dict[str, Any], str]]:
         # a `{` no longer makes a value text
         ("brace-absolute", {"extra_args": [f"--chat-template={out}/t{{.jinja"]}, "outside_roots"),
         ("brace-relative-to-root", {"extra_args": ["--chat-template=tmp/../../outside/t{.jinja"]}, "outside_roots"),
-        ("brace-in-json", {"extra_args": ["--hf-overrides", json.dumps({"chat_template": f"{out}/t{{.jinja"})]}, "outside_roots"),
+        (
+            "brace-in-json",
+            {"extra_args": ["--hf-overrides", json.dumps({"chat_template": f"{out}/t{{.jinja"})]},
+            "outside_roots",
+        ),
         # relative paths climbing out of the launch directory, without a leading ./ or ../
         ("climb-env", {"env": {"VLLM_TEMPLATE": climb}}, "outside_roots"),
         ("climb-file-option", {"extra_args": ["--tokenizer", "tok/../../outside/tok"]}, "outside_roots"),
         ("climb-plain-option", {"extra_args": ["--revision", climb]}, "outside_roots"),
-        ("climb-json-nested", {"extra_args": ["--hf-overrides", json.dumps({"text_config": {"extra": [1, "fine", climb]}})]},
-         "outside_roots"),
+        (
+            "climb-json-nested",
+            {"extra_args": ["--hf-overrides", json.dumps({"text_config": {"extra": [1, "fine", climb]}})]},
+            "outside_roots",
+        ),
         ("climb-json-key", {"extra_args": ["--mm-processor-kwargs", json.dumps({climb: 1})]}, "outside_roots"),
-        ("climb-json-in-json", {"extra_args": ["--additional-config", json.dumps({"inner": json.dumps({"p": [climb]})})]},
-         "outside_roots"),
-        ("climb-speculative", {"speculative_config": {"method": "eagle", "model": "draft/../../../../outside"}}, "outside_roots"),
+        (
+            "climb-json-in-json",
+            {"extra_args": ["--additional-config", json.dumps({"inner": json.dumps({"p": [climb]})})]},
+            "outside_roots",
+        ),
+        (
+            "climb-speculative",
+            {"speculative_config": {"method": "eagle", "model": "draft/../../../../outside"}},
+            "outside_roots",
+        ),
         # env values: key=value, lists, JSON
         ("env-key-value", {"env": {"VLLM_X": f"path={out}/canary.jinja"}}, "outside_roots"),
         ("env-list", {"env": {"VLLM_X": f"fine:{out}/canary.jinja"}}, "outside_roots"),
@@ -117,17 +131,27 @@ def refusals(w: World) -> list[tuple[str, dict[str, Any], str]]:
         ("home-json", {"extra_args": ["--hf-overrides", json.dumps({"a": {"b": "~/canary.jinja"}})]}, "outside_roots"),
         # file URLs
         ("file-url-option", {"extra_args": [f"--chat-template=file://{out}/canary.jinja"]}, "outside_roots"),
-        ("file-url-localhost-json", {"extra_args": ["--hf-overrides", json.dumps({"a": f"file://localhost{out}/canary.jinja"})]},
-         "outside_roots"),
-        ("file-url-percent-encoded", {"env": {"VLLM_X": f"file://{quote(str(w.root))}/%2e%2e/outside/canary.jinja"}},
-         "outside_roots"),
+        (
+            "file-url-localhost-json",
+            {"extra_args": ["--hf-overrides", json.dumps({"a": f"file://localhost{out}/canary.jinja"})]},
+            "outside_roots",
+        ),
+        (
+            "file-url-percent-encoded",
+            {"env": {"VLLM_X": f"file://{quote(str(w.root))}/%2e%2e/outside/canary.jinja"}},
+            "outside_roots",
+        ),
         ("file-url-no-slashes", {"env": {"VLLM_X": f"file:{out}/canary.jinja"}}, "outside_roots"),
         ("file-url-remote-host", {"env": {"VLLM_X": "file://elsewhere/etc/hostname"}}, "bad_input"),
         # a symlink inside the roots leading out
         ("symlink-relative-option", {"extra_args": ["--chat-template=link/canary.jinja"]}, "outside_roots"),
         ("symlink-absolute-option", {"extra_args": [f"--chat-template={w.root}/link/canary.jinja"]}, "outside_roots"),
         ("symlink-env", {"env": {"VLLM_X": f"{w.root}/link/canary.jinja"}}, "outside_roots"),
-        ("symlink-json", {"extra_args": ["--hf-overrides", json.dumps({"a": [f"{w.root}/link/tok"]})]}, "outside_roots"),
+        (
+            "symlink-json",
+            {"extra_args": ["--hf-overrides", json.dumps({"a": [f"{w.root}/link/tok"]})]},
+            "outside_roots",
+        ),
         # a file option's hub id that exists relative to the root is a path (here leading out);
         # in an env value or JSON it stays text (the launched server would look in its run directory)
         ("hub-id-on-disk", {"extra_args": ["--tokenizer", "Qwen/Qwen3-0.6B"]}, "outside_roots"),
@@ -137,14 +161,21 @@ def refusals(w: World) -> list[tuple[str, dict[str, Any], str]]:
         ("var-token-path", {"env": {"HF_TOKEN_PATH": "$HOME/canary.jinja"}}, "outside_roots"),
         ("var-in-list", {"env": {"VLLM_X": "fine:$HOME/canary.jinja"}}, "outside_roots"),
         ("var-in-file-url", {"env": {"VLLM_X": "file:$HOME/canary.jinja"}}, "outside_roots"),
-        ("var-in-json", {"extra_args": ["--hf-overrides", json.dumps({"a": ["${HOME}/canary.jinja"]})]}, "outside_roots"),
+        (
+            "var-in-json",
+            {"extra_args": ["--hf-overrides", json.dumps({"a": ["${HOME}/canary.jinja"]})]},
+            "outside_roots",
+        ),
         ("var-file-option", {"extra_args": ["--chat-template=$HOME/canary.jinja"]}, "outside_roots"),
         ("var-unset", {"env": {"HF_HUB_CACHE": f"${UNSET}/x"}}, "bad_input"),
         ("var-unset-braced", {"extra_args": ["--revision", f"${{{UNSET}}}"]}, "bad_input"),
         ("var-shell-default", {"env": {"VLLM_X": f"${{{UNSET}:-{out}}}"}}, "bad_input"),
         ("var-set-per-run", {"env": {"VLLM_X": "$TMPDIR/../../../../outside/canary.jinja"}}, "bad_input"),
-        ("var-home-expands-to-home-of-user", {"env": {"VLLM_X": "$VLLM_USER_HOME/canary.jinja", "VLLM_USER_HOME": f"~{USER}"}},
-         "outside_roots"),
+        (
+            "var-home-expands-to-home-of-user",
+            {"env": {"VLLM_X": "$VLLM_USER_HOME/canary.jinja", "VLLM_USER_HOME": f"~{USER}"}},
+            "outside_roots",
+        ),
         # ~user: another user's home, by the password database (not $HOME)
         ("home-user-env", {"env": {"HF_TOKEN_PATH": "~root/.ssh/id_rsa"}}, "outside_roots"),
         ("home-user-option", {"extra_args": [f"--chat-template=~{USER}/canary.jinja"]}, "outside_roots"),
@@ -163,8 +194,11 @@ def review_refusals(w: World) -> list[tuple[str, dict[str, Any], str]]:
         ("review-env-file-url", {"env": {"VLLM_X": f"file://{root}/dump"}}, "review_mode"),
         ("review-env-json", {"env": {"VLLM_X": json.dumps({"out": f"{root}/dump"})}}, "review_mode"),
         ("review-env-variable", {"env": {"HF_HUB_CACHE": "$VLLM_ROOT_DIR/hub", "VLLM_ROOT_DIR": "hub"}}, None),
-        ("review-compilation-dump", {"extra_args": ["--compilation-config", json.dumps({"debug_dump_path": f"{root}/dump"})]},
-         "review_mode"),
+        (
+            "review-compilation-dump",
+            {"extra_args": ["--compilation-config", json.dumps({"debug_dump_path": f"{root}/dump"})]},
+            "review_mode",
+        ),
         ("review-O-cache-dir", {"extra_args": ["-O", json.dumps({"cache_dir": f"{root}/cache"})]}, "review_mode"),
         ("review-plain-option", {"extra_args": [f"--revision={root}/templates"]}, "review_mode"),
     ]
@@ -179,8 +213,20 @@ USER = pwd.getpwuid(os.getuid()).pw_name  # a ~user form naming the running user
 
 
 # A subset for the (slower) CLI: one per kind of variant.
-CLI_LABELS = ("brace-absolute", "climb-env", "climb-json-nested", "env-key-value", "home-env", "file-url-option",
-              "symlink-relative-option", "hub-id-on-disk", "var-home-climb", "var-braced", "var-unset", "home-user-env")
+CLI_LABELS = (
+    "brace-absolute",
+    "climb-env",
+    "climb-json-nested",
+    "env-key-value",
+    "home-env",
+    "file-url-option",
+    "symlink-relative-option",
+    "hub-id-on-disk",
+    "var-home-climb",
+    "var-braced",
+    "var-unset",
+    "home-user-env",
+)
 REVIEW_CLI_LABELS = ("review-env-write-file", "review-env-read-file", "review-compilation-dump")
 
 
@@ -189,32 +235,63 @@ def legitimate(w: World, mode: str = "edit") -> dict[str, Any]:
     where vLLM may write)."""
     args: dict[str, Any] = {
         "extra_args": [
-            "--tokenizer", "meta-llama/Llama-3.2-1B",  # a hub id that is not on disk under the root: text
-            "--chat-template", "templates/chat.jinja",  # relative to the root: passed resolved
-            "--dtype", "float16", "--max-num-seqs", "4", "--generation-config", "auto", "-O3",
-            "--hf-overrides", json.dumps({"num_hidden_layers": 2, "rope_scaling": {"rope_type": "yarn", "factor": 4.0},
-                                          "tie_word_embeddings": True, "sliding_window": None, "architectures": ["LlamaForCausalLM"]}),
+            "--tokenizer",
+            "meta-llama/Llama-3.2-1B",  # a hub id that is not on disk under the root: text
+            "--chat-template",
+            "templates/chat.jinja",  # relative to the root: passed resolved
+            "--dtype",
+            "float16",
+            "--max-num-seqs",
+            "4",
+            "--generation-config",
+            "auto",
+            "-O3",
+            "--hf-overrides",
+            json.dumps(
+                {
+                    "num_hidden_layers": 2,
+                    "rope_scaling": {"rope_type": "yarn", "factor": 4.0},
+                    "tie_word_embeddings": True,
+                    "sliding_window": None,
+                    "architectures": ["LlamaForCausalLM"],
+                }
+            ),
         ],
-        "env": {"VLLM_LOGGING_LEVEL": "DEBUG", "TORCH_CUDA_ARCH_LIST": "8.0 9.0+PTX",
-                "VLLM_X_WIN": "%USERPROFILE%\\x",  # Windows syntax: nothing on Linux expands it
-                "VLLM_X_TEXT": "tmp", "VLLM_X_REF": "$VLLM_X_TEXT/x",  # expands to text in the run directory
-                "VLLM_X_HOME_TEXT": "~no-such-user-vmm/x"},  # names no home: text
+        "env": {
+            "VLLM_LOGGING_LEVEL": "DEBUG",
+            "TORCH_CUDA_ARCH_LIST": "8.0 9.0+PTX",
+            "VLLM_X_WIN": "%USERPROFILE%\\x",  # Windows syntax: nothing on Linux expands it
+            "VLLM_X_TEXT": "tmp",
+            "VLLM_X_REF": "$VLLM_X_TEXT/x",  # expands to text in the run directory
+            "VLLM_X_HOME_TEXT": "~no-such-user-vmm/x",
+        },  # names no home: text
         "speculative_config": {"method": "mtp", "num_speculative_tokens": 1},
     }
     if mode == "edit":
-        args["env"].update({"VLLM_TEMPLATE": f"{w.root}/templates/chat.jinja", "NCCL_DEBUG_FILE": f"{w.root}/nccl.%h.%p"})
+        args["env"].update(
+            {"VLLM_TEMPLATE": f"{w.root}/templates/chat.jinja", "NCCL_DEBUG_FILE": f"{w.root}/nccl.%h.%p"}
+        )
         args["extra_args"] += ["--compilation-config", json.dumps({"debug_dump_path": f"{w.root}/dump"})]
     return args
 
 
 def expect_legitimate_plan(w: World, plan: dict[str, Any]) -> None:
-    assert plan["extra_args"][:2] == ["--tokenizer=meta-llama/Llama-3.2-1B", f"--chat-template={w.root / 'templates/chat.jinja'}"]
-    assert "--dtype=float16" in plan["extra_args"] and "--generation-config=auto" in plan["extra_args"] and "-O=3" in plan["extra_args"]
+    assert plan["extra_args"][:2] == [
+        "--tokenizer=meta-llama/Llama-3.2-1B",
+        f"--chat-template={w.root / 'templates/chat.jinja'}",
+    ]
+    assert (
+        "--dtype=float16" in plan["extra_args"]
+        and "--generation-config=auto" in plan["extra_args"]
+        and "-O=3" in plan["extra_args"]
+    )
     assert plan["env"]["TORCH_CUDA_ARCH_LIST"] == "8.0 9.0+PTX" and plan["env"]["VLLM_X_REF"] == "$VLLM_X_TEXT/x"
     assert plan["speculative_config"] == {"method": "mtp", "num_speculative_tokens": 1}
 
 
-def assert_clean_refusal(w: World, label: str, arguments: dict[str, Any], error: dict[str, Any], code: str, *texts: str) -> None:
+def assert_clean_refusal(
+    w: World, label: str, arguments: dict[str, Any], error: dict[str, Any], code: str, *texts: str
+) -> None:
     assert error["code"] == code, (label, error)
     given = json.dumps(arguments)
     message = error["message"]
@@ -268,13 +345,21 @@ def test_every_variant_is_refused_by_the_rules(world: World, mode: str, monkeypa
 
 
 @pytest.mark.timeout(60)
-def test_review_mode_refuses_values_naming_a_read_root_that_edit_mode_passes(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_review_mode_refuses_values_naming_a_read_root_that_edit_mode_passes(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("HOME", str(world.home))
     monkeypatch.setenv("VMM_TEST_MODELS", str(world.root / "models"))  # the server's own environment
-    variants = [*review_refusals(world),
-                ("review-env-variable-from-server", {"env": {"HF_HUB_CACHE": "$VMM_TEST_MODELS/hub"}}, "review_mode"),
-                # expanded with the call's own values: a file URL on another host, in every mode
-                ("review-env-variable-from-call", {"env": {"VLLM_X": "${VLLM_Y}//elsewhere/etc", "VLLM_Y": "file:"}}, "bad_input")]
+    variants = [
+        *review_refusals(world),
+        ("review-env-variable-from-server", {"env": {"HF_HUB_CACHE": "$VMM_TEST_MODELS/hub"}}, "review_mode"),
+        # expanded with the call's own values: a file URL on another host, in every mode
+        (
+            "review-env-variable-from-call",
+            {"env": {"VLLM_X": "${VLLM_Y}//elsewhere/etc", "VLLM_Y": "file:"}},
+            "bad_input",
+        ),
+    ]
     for label, arguments, code in variants:
         if code == "bad_input":
             for mode in ("edit", "review"):
@@ -293,8 +378,12 @@ def test_review_mode_refuses_values_naming_a_read_root_that_edit_mode_passes(wor
     # a file option is only read: the same path passes in review mode, resolved
     template = world.root / "templates/chat.jinja"
     review = Policy.create([str(world.root)], mode="review").readable
-    assert check_serve_args([f"--chat-template={template}", "--hf-overrides", json.dumps({"chat_template": str(template)})],
-                            review)[0] == f"--chat-template={template}"
+    assert (
+        check_serve_args(
+            [f"--chat-template={template}", "--hf-overrides", json.dumps({"chat_template": str(template)})], review
+        )[0]
+        == f"--chat-template={template}"
+    )
     check_json_value(json.dumps({"method": "eagle", "model": str(world.root / "model")}), "speculative_config", review)
 
 
@@ -322,9 +411,14 @@ def test_the_rules_need_the_policy_itself() -> None:
 def test_legitimate_values_pass_the_rules(world: World, mode: str) -> None:
     readable = Policy.create([str(world.root)], mode=mode).readable
     args = legitimate(world, mode)
-    expect_legitimate_plan(world, {"extra_args": check_serve_args(args["extra_args"], readable),
-                                   "env": check_env(args["env"], readable),
-                                   "speculative_config": args["speculative_config"]})
+    expect_legitimate_plan(
+        world,
+        {
+            "extra_args": check_serve_args(args["extra_args"], readable),
+            "env": check_env(args["env"], readable),
+            "speculative_config": args["speculative_config"],
+        },
+    )
     check_json_value(json.dumps(args["speculative_config"]), "speculative_config", readable)
     for text in (TEMPLATE, "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}{% endfor %}", "auto", "vllm"):
         assert check_serve_args([f"--chat-template={text}"], readable) == [f"--chat-template={text}"]
@@ -341,8 +435,19 @@ def test_legitimate_values_pass_the_rules(world: World, mode: str) -> None:
 def cli(w: World, mode: str, tool: str, arguments: dict[str, Any]) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HOME": str(w.home)}
     env.pop(UNSET, None)
-    command = [str(console_script()), "call", tool, "--mode", mode, "--root", str(w.root), "--state-dir", str(w.state),
-               "--args", json.dumps(arguments)]
+    command = [
+        str(console_script()),
+        "call",
+        tool,
+        "--mode",
+        mode,
+        "--root",
+        str(w.root),
+        "--state-dir",
+        str(w.state),
+        "--args",
+        json.dumps(arguments),
+    ]
     return subprocess.run(command, capture_output=True, text=True, timeout=60, env=env, cwd=w.base, check=False)
 
 
@@ -404,7 +509,9 @@ def mcp_calls(w: World, mode: str, calls: list[dict[str, Any]]) -> list[Any]:
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("mode", ["edit", "review"])
-def test_mcp_client_refuses_every_variant_before_any_launch(world: World, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_mcp_client_refuses_every_variant_before_any_launch(
+    world: World, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("HOME", str(world.home))
     monkeypatch.delenv(UNSET, raising=False)
     variants = refusals(world) + (review_only(world) if mode == "review" else [])

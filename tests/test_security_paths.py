@@ -1,4 +1,4 @@
-"""Issue 18, classes 3, 5 and 10, closed at the path chokepoint (core/policy.py, core/atomic.py):
+"""Issue 18, classes 3, 5 and 10, closed at the path chokepoint (core/foundation/policy.py, core/foundation/atomic.py):
 
 - overwrite replaces only an earlier output of this server, as its state directory recorded writing
   it (a marker alone, forged, copied or moved, is not enough) — never a git repository (dir, `.git`
@@ -36,22 +36,23 @@ from helpers import REPO_ROOT, console_script, git, make_repo
 from mcp import Client, MCPError, StdioServerParameters
 from test_inspect_config import fixture, write_safetensors
 
-from vllm_metax_mcp.core import atomic
-from vllm_metax_mcp.core.atomic import (
+from vllm_metax_mcp.core.checkpoint.safetensors_headers import PREFERRED_INDEX
+from vllm_metax_mcp.core.foundation import atomic
+from vllm_metax_mcp.core.foundation.atomic import (
     EXPORT_MARKER,
     check_replaceable,
     repository_within,
     staged_directory,
 )
-from vllm_metax_mcp.core.errors import ErrorCode, ToolFailure
-from vllm_metax_mcp.core.policy import Policy
-from vllm_metax_mcp.core.safetensors_index import PREFERRED_INDEX
-from vllm_metax_mcp.core.smoke_cases import FILE_NAME, read_case_file
-from vllm_metax_mcp.core.trim_output import (
+from vllm_metax_mcp.core.foundation.errors import ErrorCode, ToolFailure
+from vllm_metax_mcp.core.foundation.policy import Policy
+from vllm_metax_mcp.core.sources.git import tracked_below
+from vllm_metax_mcp.core.trim.assets import (
     ASSETS,
     FAST_TOKENIZER,
     OTHER_TOKENIZER_FORMATS,
 )
+from vllm_metax_mcp.core.trim.cases import FILE_NAME, read_case_file
 from vllm_metax_mcp.server.app import build_server
 from vllm_metax_mcp.tools import ALL_TOOLS
 from vllm_metax_mcp.tools import export_snapshot as export_tool
@@ -59,7 +60,8 @@ from vllm_metax_mcp.tools import inspect_config as inspect_tool
 from vllm_metax_mcp.tools import plan_trim as plan_tool
 from vllm_metax_mcp.tools import run_smoke_test as smoke_tool
 from vllm_metax_mcp.tools import trim_model as trim_tool
-from vllm_metax_mcp.tools.base import Runtime, ToolEnv, invoke
+from vllm_metax_mcp.tools.dispatch import invoke
+from vllm_metax_mcp.tools.spec import Runtime, ToolEnv
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -151,8 +153,15 @@ def _isolated_hf_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def llama_tensors() -> dict[str, tuple[str, list[int]]]:
     tensors: dict[str, tuple[str, list[int]]] = {"model.embed_tokens.weight": ("BF16", [8, 4])}
     for i in range(LAYERS):
-        for module in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                       "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"):
+        for module in (
+            "self_attn.q_proj",
+            "self_attn.k_proj",
+            "self_attn.v_proj",
+            "self_attn.o_proj",
+            "mlp.gate_proj",
+            "mlp.up_proj",
+            "mlp.down_proj",
+        ):
             tensors[f"model.layers.{i}.{module}.weight"] = ("BF16", [4, 4])
         tensors[f"model.layers.{i}.input_layernorm.weight"] = ("BF16", [4])
         tensors[f"model.layers.{i}.post_attention_layernorm.weight"] = ("BF16", [4])
@@ -162,7 +171,10 @@ def llama_tensors() -> dict[str, tuple[str, list[int]]]:
 
 
 def model_config() -> dict[str, Any]:
-    return fixture("llama") | {"num_hidden_layers": LAYERS, "auto_map": {"AutoConfig": "configuration_canary.CanaryConfig"}}
+    return fixture("llama") | {
+        "num_hidden_layers": LAYERS,
+        "auto_map": {"AutoConfig": "configuration_canary.CanaryConfig"},
+    }
 
 
 def checkpoint(directory: Path) -> Path:
@@ -219,8 +231,18 @@ def refused(spec: Any, arguments: dict[str, Any], rt: Runtime, code: ErrorCode) 
 
 
 def cli(space: dict[str, Path], tool: str, arguments: dict[str, Any], *extra: str) -> subprocess.CompletedProcess[str]:
-    command = [str(console_script()), "call", tool, "--args", json.dumps(arguments), "--root", str(space["root"]),
-               "--state-dir", str(space["state"]), *extra]
+    command = [
+        str(console_script()),
+        "call",
+        tool,
+        "--args",
+        json.dumps(arguments),
+        "--root",
+        str(space["root"]),
+        "--state-dir",
+        str(space["state"]),
+        *extra,
+    ]
     return subprocess.run(command, capture_output=True, text=True, timeout=90, cwd=space["tmp"])
 
 
@@ -338,11 +360,20 @@ OVERWRITE_CASES = {
     "a subdirectory of a repository (no marker)": (lambda s: "plugin/pkg", ["not an earlier output"]),
     "a .git-file worktree": (_worktree, ["git repository"]),
     "an earlier output with a repository below": (_repo_below, ["contains a git repository", "vendor/lib"]),
-    "a forged export marker in a tracked subdirectory": (_forged_in_tracked_dir, ["no record of writing it", "delete plugin/docs yourself"]),
+    "a forged export marker in a tracked subdirectory": (
+        _forged_in_tracked_dir,
+        ["no record of writing it", "delete plugin/docs yourself"],
+    ),
     "a forged trim manifest": (_forged_trim_manifest, ["no record of writing it", "a marker alone is not enough"]),
     "a copy of a genuine marker elsewhere": (_copied_genuine_marker, ["no record of writing it"]),
-    "a genuine output whose marker was replaced by a copy": (_marker_replaced_by_a_copy, ["its marker is not the one", "ino"]),
-    "a genuine output whose directory was replaced": (_directory_replaced_around_the_marker, ["directory is not the one"]),
+    "a genuine output whose marker was replaced by a copy": (
+        _marker_replaced_by_a_copy,
+        ["its marker is not the one", "ino"],
+    ),
+    "a genuine output whose directory was replaced": (
+        _directory_replaced_around_the_marker,
+        ["directory is not the one"],
+    ),
     "a directory above a repository": (_above_repo, ["not an earlier output"]),
     "a repository carrying a planted manifest": (_marker_in_repo, ["git repository"]),
     "a directory holding a bare repository": (_bare_repo, ["contains a git repository", "mirror.git"]),
@@ -388,7 +419,9 @@ def test_overwrite_never_replaces_the_state_directory_or_a_tree_holding_it(space
     before = tree_hashes(space["tmp"])
     for output in (str(space["state"]), str(space["tmp"]), str(space["state"] / "jobs")):
         for overwrite in (True, False):
-            failure = refused(export_tool.SPEC, {**EXPORT, "output": output, "overwrite": overwrite}, rt, ErrorCode.PROTECTED_PATH)
+            failure = refused(
+                export_tool.SPEC, {**EXPORT, "output": output, "overwrite": overwrite}, rt, ErrorCode.PROTECTED_PATH
+            )
             assert "state directory" in failure.message
     assert tree_hashes(space["tmp"]) == before
 
@@ -400,10 +433,14 @@ def test_overwrite_never_replaces_a_read_root_or_a_tree_above_one(space: dict[st
     (upstream / "vllm" / "model.py").write_text("x = 1\n")
     (upstream / EXPORT_MARKER).write_text('{"format": "vllm-metax-mcp/export/1"}')
     (space["tmp"] / "wide" / EXPORT_MARKER).write_text('{"format": "vllm-metax-mcp/export/1"}')
-    rt = Runtime.create([str(space["root"]), str(upstream)], output_roots=[str(space["tmp"] / "wide")],
-                        state_dir=str(space["state"]))
+    rt = Runtime.create(
+        [str(space["root"]), str(upstream)], output_roots=[str(space["tmp"] / "wide")], state_dir=str(space["state"])
+    )
     before = tree_hashes(space["tmp"], skip=("state",))
-    for output, words in ((str(upstream), "upstream is a read root"), (str(space["tmp"] / "wide"), "wide contains a read root")):
+    for output, words in (
+        (str(upstream), "upstream is a read root"),
+        (str(space["tmp"] / "wide"), "wide contains a read root"),
+    ):
         failure = refused(export_tool.SPEC, {**EXPORT, "output": output}, rt, ErrorCode.PROTECTED_PATH)
         assert failure.message.startswith(words), failure.message
         assert_clean_message(failure.message, space["tmp"])
@@ -441,7 +478,10 @@ def test_an_earlier_output_that_gained_a_repository_is_no_longer_replaced(space:
 
 def test_an_earlier_output_is_recognised_whatever_its_key_order(tmp_path: Path) -> None:
     for name, body in (
-        ("trim_manifest.json", {"files": {}, "format": "vllm-metax-mcp/trim-manifest/1"}),  # keys sorted by a job's JSON
+        (
+            "trim_manifest.json",
+            {"files": {}, "format": "vllm-metax-mcp/trim-manifest/1"},
+        ),  # keys sorted by a job's JSON
         (EXPORT_MARKER, {"format": "vllm-metax-mcp/export/1"}),
     ):
         out = tmp_path / name.strip(".")
@@ -461,10 +501,9 @@ def test_staged_directory_checks_again_right_before_the_swap(tmp_path: Path) -> 
     target = tmp_path / "out"
     target.mkdir()
     (target / EXPORT_MARKER).write_text('{"format": "vllm-metax-mcp/export/1"}')
-    with pytest.raises(ToolFailure) as info:
-        with staged_directory(target, replace=True, shown="out") as staging:
-            (staging / "new.txt").write_text("new")
-            git(tmp_path, "init", "-q", str(target))  # became a repository while a job wrote the new content
+    with pytest.raises(ToolFailure) as info, staged_directory(target, replace=True, shown="out") as staging:
+        (staging / "new.txt").write_text("new")
+        git(tmp_path, "init", "-q", str(target))  # became a repository while a job wrote the new content
     assert info.value.code is ErrorCode.PROTECTED_PATH and "out is a git repository" in info.value.message
     assert (target / ".git").is_dir() and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
@@ -549,7 +588,13 @@ def _forged_repository(top: Path) -> Path:
     return work
 
 
-FORGED_EXPORT = {"subject": "revision", "revision": "HEAD", "prefix": "vllm_metax/", "output": "docs", "overwrite": True}
+FORGED_EXPORT = {
+    "subject": "revision",
+    "revision": "HEAD",
+    "prefix": "vllm_metax/",
+    "output": "docs",
+    "overwrite": True,
+}
 
 
 def test_a_forged_marker_in_a_repository_is_refused_through_the_cli_and_a_real_mcp_client(tmp_path: Path) -> None:
@@ -558,8 +603,14 @@ def test_a_forged_marker_in_a_repository_is_refused_through_the_cli_and_a_real_m
     before = tree_hashes(tmp_path, skip=("state",))
     command = [str(console_script()), "call", "export_snapshot", "--root", "work", "--state-dir", "state"]
     for mode in ("edit", "review"):
-        proc = subprocess.run([*command, "--mode", mode, "--args", json.dumps(FORGED_EXPORT)], capture_output=True,
-                              text=True, timeout=90, cwd=tmp_path, check=False)
+        proc = subprocess.run(
+            [*command, "--mode", mode, "--args", json.dumps(FORGED_EXPORT)],
+            capture_output=True,
+            text=True,
+            timeout=90,
+            cwd=tmp_path,
+            check=False,
+        )
         error = cli_error(proc)
         if mode == "review":
             assert error["code"] == "review_mode", error
@@ -633,7 +684,9 @@ def test_overwrite_inside_a_work_tree_outside_the_read_roots_is_refused(space: d
     rt = runtime(space, outputs=[str(outer / "outs")])
     call(export_tool.SPEC, {**EXPORT, "output": str(outer / "outs" / "snap"), "overwrite": False}, rt)
     before = tree_hashes(space["tmp"], skip=("state",))
-    failure = refused(export_tool.SPEC, {**EXPORT, "output": str(outer / "outs" / "snap")}, rt, ErrorCode.PROTECTED_PATH)
+    failure = refused(
+        export_tool.SPEC, {**EXPORT, "output": str(outer / "outs" / "snap")}, rt, ErrorCode.PROTECTED_PATH
+    )
     assert "git work tree outside the server's read roots" in failure.message, failure.message
     assert tree_hashes(space["tmp"], skip=("state",)) == before
 
@@ -652,10 +705,17 @@ def test_an_output_root_is_never_an_output_and_never_replaced(space: dict[str, P
     missing = space["tmp"] / "o4" / "out"
     rt = runtime(space, outputs=[str(out), str(space["tmp"] / "o3"), str(between / "b"), str(missing)])
     before = tree_hashes(space["tmp"], skip=("state",))
-    cases = ((out, True, "is an output root"), (out, False, "is an output root"), (between, True, "contains an output root"),
-             (missing, False, "is an output root"), (missing, True, "is an output root"))
+    cases = (
+        (out, True, "is an output root"),
+        (out, False, "is an output root"),
+        (between, True, "contains an output root"),
+        (missing, False, "is an output root"),
+        (missing, True, "is an output root"),
+    )
     for target, overwrite, words in cases:
-        failure = refused(export_tool.SPEC, {**EXPORT, "output": str(target), "overwrite": overwrite}, rt, ErrorCode.PROTECTED_PATH)
+        failure = refused(
+            export_tool.SPEC, {**EXPORT, "output": str(target), "overwrite": overwrite}, rt, ErrorCode.PROTECTED_PATH
+        )
         assert words in failure.message, failure.message
     error = cli_error(cli(space, "export_snapshot", {**EXPORT, "output": str(out)}, "--output-root", str(out)))
     assert error["code"] == "protected_path" and "is an output root" in error["message"]
@@ -674,13 +734,16 @@ def test_an_output_root_is_never_an_output_and_never_replaced(space: dict[str, P
 def test_the_record_is_checked_again_right_before_the_swap(space: dict[str, Path]) -> None:
     """A job writes for hours: a genuine output whose marker is swapped for a copy meanwhile is not replaced.
     The job worker's policy (rebuilt from the call's) sees the same record."""
-    from vllm_metax_mcp.core.state import OutputRegistry, StateStore
+    from vllm_metax_mcp.core.foundation.state import OutputRegistry, StateStore
 
     rt = runtime(space)
     snap = _genuine_export(space, "snap")
-    worker = Policy.from_spec(rt.policy.to_spec(), OutputRegistry(StateStore(space["state"])))
+    worker = Policy.from_spec(rt.policy.to_spec(), OutputRegistry(StateStore(space["state"])), tracked_below)
     before = tree_hashes(snap)
-    with pytest.raises(ToolFailure) as info, staged_directory(snap, replace=True, shown="snap", policy=worker) as staging:
+    with (
+        pytest.raises(ToolFailure) as info,
+        staged_directory(snap, replace=True, shown="snap", policy=worker) as staging,
+    ):
         (staging / "new.txt").write_text("new")
         shutil.copy2(snap / EXPORT_MARKER, space["tmp"] / "copy")
         os.replace(space["tmp"] / "copy", snap / EXPORT_MARKER)
@@ -694,7 +757,9 @@ def test_real_trims_record_their_outputs_from_the_job(space: dict[str, Path]) ->
     first = call(trim_tool.SPEC, real, rt)
     assert first.script_reproduced is True
     records = [json.loads(p.read_text()) for p in (space["state"] / "outputs").iterdir()]
-    assert [r["path"] for r in records if r["marker"] == "trim_manifest.json"] == [str((space["root"] / "real").resolve())]
+    assert [r["path"] for r in records if r["marker"] == "trim_manifest.json"] == [
+        str((space["root"] / "real").resolve())
+    ]
     again = call(trim_tool.SPEC, {**real, "overwrite": True, "layers": [0]}, rt)  # the worker checked the record
     assert again.kept_layers == [0]
     assert json.loads((space["root"] / "real" / "config.json").read_text())["num_hidden_layers"] == 1
@@ -703,7 +768,11 @@ def test_real_trims_record_their_outputs_from_the_job(space: dict[str, Path]) ->
     before = tree_hashes(space["root"])
     failure = refused(trim_tool.SPEC, {**real, "overwrite": True}, rt, ErrorCode.PROTECTED_PATH)
     assert "its marker is not the one" in failure.message
-    assert tree_hashes(space["root"]) == before and sorted(p.name for p in space["root"].iterdir()) == ["m", "plugin", "real"]
+    assert tree_hashes(space["root"]) == before and sorted(p.name for p in space["root"].iterdir()) == [
+        "m",
+        "plugin",
+        "real",
+    ]
 
 
 def test_every_staged_output_of_the_package_passes_the_policy() -> None:
@@ -713,7 +782,10 @@ def test_every_staged_output_of_the_package_passes_the_policy() -> None:
     calls = []
     for path in sorted(package.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "staged_directory":
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", getattr(node.func, "attr", "")) == "staged_directory"
+            ):
                 calls.append((path.relative_to(package).as_posix(), any(k.arg == "policy" for k in node.keywords)))
     assert len(calls) == 3 and all(passed for _, passed in calls), calls
 
@@ -723,8 +795,17 @@ def test_every_staged_output_of_the_package_passes_the_policy() -> None:
 READ_BY_EVERY_TOOL = {"config.json", PREFERRED_INDEX}
 READ_BY_PLANS = READ_BY_EVERY_TOOL | set(ASSETS) | {FAST_TOKENIZER, REMOTE_CODE}
 CHECKPOINT_NAMES = sorted(
-    {"config.json", PREFERRED_INDEX, *SHARDS, *ASSETS, FAST_TOKENIZER, *OTHER_TOKENIZER_FORMATS, REMOTE_CODE, FILE_NAME,
-     "README.md"}
+    {
+        "config.json",
+        PREFERRED_INDEX,
+        *SHARDS,
+        *ASSETS,
+        FAST_TOKENIZER,
+        *OTHER_TOKENIZER_FORMATS,
+        REMOTE_CODE,
+        FILE_NAME,
+        "README.md",
+    }
 )
 """Every file name a checkpoint directory may hold that the tools know of (new assets join by themselves)."""
 
@@ -777,10 +858,17 @@ def test_a_shard_index_naming_a_linked_directory_is_not_read(space: dict[str, Pa
     index["weight_map"] = {t: (f"sub/{s}" if s == SHARDS[1] else s) for t, s in index["weight_map"].items()}
     (model / PREFERRED_INDEX).write_text(json.dumps(index))
     with no_open_reaches(space["outside"]):
-        result = run_direct(inspect_tool.SPEC, inspect_tool.InspectConfigInput, {"model": "m", "construct": False}, runtime(space))
+        result = run_direct(
+            inspect_tool.SPEC, inspect_tool.InspectConfigInput, {"model": "m", "construct": False}, runtime(space)
+        )
     assert any(f.code == "shard_unreadable" and f"sub/{SHARDS[1]}" in f.message for f in result.checkpoint.findings)
     with no_open_reaches(space["outside"]), pytest.raises(ToolFailure) as info:
-        run_direct(trim_tool.SPEC, trim_tool.TrimModelInput, {"model": "m", "output": "out", "output_mode": "real"}, runtime(space))
+        run_direct(
+            trim_tool.SPEC,
+            trim_tool.TrimModelInput,
+            {"model": "m", "output": "out", "output_mode": "real"},
+            runtime(space),
+        )
     assert "cannot be read within the server's roots" in info.value.message
     assert not (space["root"] / "out").exists()
 
@@ -811,7 +899,9 @@ def test_hub_cache_snapshots_read_through_their_blobs_but_never_outside(space: d
     (good / "blobs" / "c0ffee").write_text(json.dumps(model_config()))
     (good / "snapshots" / ("a" * 40) / "config.json").symlink_to(Path("../../blobs/c0ffee"))
     rt = runtime(space, mode="review")
-    result = run_direct(inspect_tool.SPEC, inspect_tool.InspectConfigInput, {"model": "org/good", "construct": False}, rt)
+    result = run_direct(
+        inspect_tool.SPEC, inspect_tool.InspectConfigInput, {"model": "org/good", "construct": False}, rt
+    )
     assert result.backbone_layers == LAYERS and result.model == f"org/good@{'a' * 12}"
 
     bad = _hub_snapshot(space, "org/bad", "b" * 40)
@@ -822,8 +912,10 @@ def test_hub_cache_snapshots_read_through_their_blobs_but_never_outside(space: d
     away.mkdir()
     (away / "config.json").write_text(space["secret"].read_text())
     (moved / "snapshots" / ("d" * 40)).symlink_to(away, target_is_directory=True)
-    for repo, shown in (("org/bad", f"<hf-cache>/models--org--bad/snapshots/{'b' * 40}/config.json"),
-                        ("org/moved", f"<hf-cache>/models--org--moved/snapshots/{'d' * 40}")):
+    for repo, shown in (
+        ("org/bad", f"<hf-cache>/models--org--bad/snapshots/{'b' * 40}/config.json"),
+        ("org/moved", f"<hf-cache>/models--org--moved/snapshots/{'d' * 40}"),
+    ):
         for tool, (spec, model, extra, _) in TOOLS.items():
             with no_open_reaches(space["outside"]), pytest.raises(ToolFailure) as info:
                 run_direct(spec, model, {"model": repo, **extra}, runtime(space))
@@ -858,7 +950,9 @@ def test_run_smoke_test_refuses_a_model_whose_case_file_or_any_entry_links_out(s
         failure = refused(smoke_tool.SPEC, arguments, rt, ErrorCode.OUTSIDE_ROOTS)
     assert failure.message.startswith(f"m/{FILE_NAME} is outside"), failure.message
     (space["root"] / "m" / FILE_NAME).unlink()
-    link(space["root"] / "m" / "tokenizer.json", space["secret"])  # vLLM would read it; the server cannot check it for vLLM
+    link(
+        space["root"] / "m" / "tokenizer.json", space["secret"]
+    )  # vLLM would read it; the server cannot check it for vLLM
     with no_open_reaches(space["outside"]):
         failure = refused(smoke_tool.SPEC, arguments, rt, ErrorCode.OUTSIDE_ROOTS)
     assert failure.message.startswith("m/tokenizer.json is a symlink leading outside"), failure.message
@@ -869,8 +963,15 @@ def test_symlinked_config_refused_through_the_cli_and_a_real_mcp_client(space: d
     link(space["root"] / "m" / "config.json", space["secret"])
     for mode in ("edit", "review"):
         for tool in ("inspect_config", "plan_trim"):
-            error = cli_error(cli(space, tool, {"model": "m", "construct": False} if tool == "inspect_config" else {"model": "m"},
-                                  "--mode", mode))
+            error = cli_error(
+                cli(
+                    space,
+                    tool,
+                    {"model": "m", "construct": False} if tool == "inspect_config" else {"model": "m"},
+                    "--mode",
+                    mode,
+                )
+            )
             assert error["code"] == "outside_roots" and error["message"].startswith("m/config.json is outside")
             assert_clean_message(error["message"], space["tmp"])
     error = cli_error(cli(space, "trim_model", {"model": "m", "output": "out"}))
@@ -878,8 +979,10 @@ def test_symlinked_config_refused_through_the_cli_and_a_real_mcp_client(space: d
 
     async def client(mode: str) -> list[Any]:
         async with Client(build_server(runtime(space, mode=mode))) as session:
-            return [await session.call_tool("inspect_config", {"model": "m", "construct": False}),
-                    await session.call_tool("plan_trim", {"model": "m"})]
+            return [
+                await session.call_tool("inspect_config", {"model": "m", "construct": False}),
+                await session.call_tool("plan_trim", {"model": "m"}),
+            ]
 
     for mode in ("edit", "review"):
         for result in anyio.run(client, mode):
@@ -904,7 +1007,9 @@ def test_symlinked_config_refused_over_stdio(space: dict[str, Path]) -> None:
 
     result = anyio.run(main)
     error = json.loads(result.content[0].text)["error"]
-    assert result.is_error and error["code"] == "outside_roots" and error["message"].startswith("m/config.json is outside")
+    assert (
+        result.is_error and error["code"] == "outside_roots" and error["message"].startswith("m/config.json is outside")
+    )
     assert_no_canary(space["root"], space["state"])
 
 
@@ -916,45 +1021,60 @@ READ_CALLS = {"open", "read_bytes", "read_text", "safe_load", "load", "copyfile"
 
 REVIEWED_READS = {
     # the chokepoint itself
-    ("core/policy.py", "open_resolved"): "opens a path the caller resolved and checked, never following a final link",
-    ("core/policy.py", "copy_resolved"): "through open_resolved; writes a new file",
-    ("core/atomic.py", "write_bytes_atomic"): "writes its own temporary file",
-    ("core/atomic.py", "output_marker"): "the marker of an existing output under an output root: lstat regular, O_NOFOLLOW",
-    ("core/atomic.py", "output_fingerprint"): "the same marker, hashed (never shown) to compare with the state's record; O_NOFOLLOW",
+    (
+        "core/foundation/policy.py",
+        "open_resolved",
+    ): "opens a path the caller resolved and checked, never following a final link",
+    ("core/foundation/policy.py", "copy_resolved"): "through open_resolved; writes a new file",
+    ("core/foundation/atomic.py", "write_bytes_atomic"): "writes its own temporary file",
+    (
+        "core/foundation/atomic.py",
+        "output_marker",
+    ): "the marker of an existing output under an output root: lstat regular, O_NOFOLLOW",
+    (
+        "core/foundation/atomic.py",
+        "output_fingerprint",
+    ): "the same marker, hashed (never shown) to compare with the state's record; O_NOFOLLOW",
     # this package's own files
-    ("core/construct.py", "run_construct"): "package file (the construction script)",
-    ("core/environment.py", "run_probe"): "package file (the probe script)",
-    ("core/kernels.py", "probe_ops"): "package file (the op probe script)",
-    ("core/trim_real.py", "script_text"): "package file (the extract.py template)",
+    ("core/checkpoint/construct.py", "run_construct"): "package file (the construction script)",
+    ("core/sources/environment.py", "run_probe"): "package file (the probe script)",
+    ("core/trace/kernels.py", "probe_ops"): "package file (the op probe script)",
+    ("core/trim/real.py", "script_text"): "package file (the extract.py template)",
     ("prompts/__init__.py", "template"): "package file",
     ("resources/__init__.py", "text"): "package file",
     # the server's state directory, its runs and jobs, /proc
-    ("core/state.py", "read"): "the state directory",
-    ("core/state.py", "locked"): "the state directory's lock",
-    ("core/factcache.py", "get_many"): "the state directory's cache",
-    ("core/textdiff.py", "get"): "the state directory's cache",
-    ("core/pyindex.py", "_read"): "the state directory's module index",
-    ("core/pyindex.py", "_append"): "the state directory's module index",
-    ("core/jobs.py", "start"): "the job's log in the state directory",
-    ("core/jobs.py", "processes_of_job"): "/proc",
-    ("core/jobs.py", "_alive"): "/proc",
-    ("core/smoke.py", "_stat_fields"): "/proc",
-    ("core/smoke.py", "processes_of"): "/proc",
-    ("core/smoke.py", "read_log"): "the run's log in the state directory",
-    ("core/smoke.py", "execute"): "the run's log in the state directory",
-    ("core/serve_wrapper.py", "write_report"): "writes its report into the run directory",
-    ("core/op_probe_script.py", "mapped_files"): "runs in the target interpreter: /proc/self/maps",
+    ("core/foundation/state.py", "read"): "the state directory",
+    ("core/foundation/state.py", "locked"): "the state directory's lock",
+    ("core/code/fact_cache.py", "get_many"): "the state directory's cache",
+    ("core/compare/textdiff.py", "get"): "the state directory's cache",
+    ("core/code/module_index.py", "_read"): "the state directory's module index",
+    ("core/code/module_index.py", "_append"): "the state directory's module index",
+    ("core/foundation/jobs.py", "start"): "the job's log in the state directory",
+    ("core/foundation/jobs.py", "processes_of_job"): "/proc",
+    ("core/foundation/jobs.py", "_alive"): "/proc",
+    ("core/smoke/run.py", "_stat_fields"): "/proc",
+    ("core/smoke/run.py", "processes_of"): "/proc",
+    ("core/smoke/run.py", "read_log"): "the run's log in the state directory",
+    ("core/smoke/run.py", "execute"): "the run's log in the state directory",
+    ("core/target/serve_wrapper.py", "write_report"): "writes its report into the run directory",
+    ("core/target/op_probe.py", "mapped_files"): "runs in the target interpreter: /proc/self/maps",
     # plugin and upstream trees: resolved inside a root, links leaving the tree skipped
-    ("core/subjects.py", "_file_sha"): "a file-system subject's entry; links leaving the subject are skipped",
-    ("core/subjects.py", "_read_many"): "a file-system subject's entry; links leaving the subject are skipped",
-    ("core/consumers.py", "directory_tree"): "a source tree's .py file; links leaving the tree are skipped",
-    ("core/git.py", "_object_dir"): "alternates of a git dir checked inside the roots; a link there and every entry are checked",
+    ("core/sources/subjects.py", "_file_sha"): "a file-system subject's entry; links leaving the subject are skipped",
+    ("core/sources/subjects.py", "_read_many"): "a file-system subject's entry; links leaving the subject are skipped",
+    ("core/checkpoint/consumers.py", "directory_tree"): "a source tree's .py file; links leaving the tree are skipped",
+    (
+        "core/sources/git.py",
+        "_object_dir",
+    ): "alternates of a git dir checked inside the roots; a link there and every entry are checked",
     # checkpoints: paths resolved by policy.readable before these run
-    ("core/extract_script.py", "*"): "stdlib-only (also shipped as extract.py): called with resolved, checked paths or outputs",
-    ("core/trim_output.py", "copy_assets"): "reads through policy.open_readable; opens only its new output file",
-    ("core/trim_real.py", "_verify_shard"): "the job's own staging output",
-    ("core/trim_real.py", "_same_file"): "the job's staging and reproduction outputs",
-    ("core/smoke.py", "_image_url"): "a case image run_smoke_test resolved with policy.readable",
+    (
+        "core/target/extract.py",
+        "*",
+    ): "stdlib-only (also shipped as extract.py): called with resolved, checked paths or outputs",
+    ("core/trim/assets.py", "copy_assets"): "reads through policy.open_readable; opens only its new output file",
+    ("core/trim/real.py", "_verify_shard"): "the job's own staging output",
+    ("core/trim/real.py", "_same_file"): "the job's staging and reproduction outputs",
+    ("core/smoke/run.py", "_image_url"): "a case image run_smoke_test resolved with policy.readable",
     ("tools/run_smoke_test.py", "_fingerprint"): "the model directory, after policy.readable_entries",
     ("tools/run_smoke_test.py", "_validates_trim"): "the model directory, after policy.readable_entries",
     ("tools/run_smoke_test.py", "run_smoke_test"): "the model directory, after policy.readable_entries",
@@ -1030,7 +1150,9 @@ def test_messages_name_paths_as_the_caller_spelled_them_or_root_relative(space: 
         failure = refused(inspect_tool.SPEC, {"model": spelling, "construct": False}, rt, ErrorCode.OUTSIDE_ROOTS)
         assert failure.message.startswith(f"{spelling} is outside"), failure.message
     # an absolute path inside a root is shown root-relative
-    failure = refused(export_tool.SPEC, {**EXPORT, "output": str(space["root"] / "plugin")}, rt, ErrorCode.PROTECTED_PATH)
+    failure = refused(
+        export_tool.SPEC, {**EXPORT, "output": str(space["root"] / "plugin")}, rt, ErrorCode.PROTECTED_PATH
+    )
     assert failure.message.startswith("plugin is a git repository"), failure.message
     failure = refused(export_tool.SPEC, {**EXPORT, "output": "new/../x"}, rt, ErrorCode.BAD_INPUT)
     assert failure.message.startswith("new/../x contains"), failure.message

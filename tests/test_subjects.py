@@ -7,14 +7,19 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from vllm_metax_mcp.core.environment import run_probe, runtime_package_dir
-from vllm_metax_mcp.core.errors import ErrorCode, ToolFailure
-from vllm_metax_mcp.core.git import open_repository
-from vllm_metax_mcp.core.policy import Policy
-from vllm_metax_mcp.core.state import StateStore
-from vllm_metax_mcp.core.subjects import SubjectKind, SubjectRequest, blob_sha, open_subject
 from workbench import git
+
+from vllm_metax_mcp.core.foundation.errors import ErrorCode, ToolFailure
+from vllm_metax_mcp.core.foundation.policy import Policy
+from vllm_metax_mcp.core.foundation.state import StateStore
+from vllm_metax_mcp.core.sources.environment import run_probe, runtime_package_dir
+from vllm_metax_mcp.core.sources.git import open_repository
+from vllm_metax_mcp.core.sources.subjects import (
+    SubjectKind,
+    SubjectRequest,
+    blob_sha,
+    open_subject,
+)
 
 MODEL = "vllm_metax/models/deepseek_v2.py"
 
@@ -96,7 +101,9 @@ def test_directory_subject_lists_plain_files(tmp_path: Path) -> None:
     (tree / "vllm/models/a.py").write_text("A = 1\n")
     (tree / "vllm/models/__pycache__").mkdir()
     (tree / "vllm/models/__pycache__/a.pyc").write_bytes(b"\0")
-    directory = open_subject(Policy.create([str(tmp_path)]), SubjectRequest(SubjectKind.DIRECTORY, path=str(tree)), None)
+    directory = open_subject(
+        Policy.create([str(tmp_path)]), SubjectRequest(SubjectKind.DIRECTORY, path=str(tree)), None
+    )
     assert directory.list() == ["vllm/models/a.py"]
     assert directory.list("vllm/models") == ["vllm/models/a.py"]
     assert directory.list("vllm/mod") == []

@@ -14,11 +14,15 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from vllm_metax_mcp.core.isolated import STEP_MARKER, ProbeDied, describe_exit, run_isolated
+from helpers import console_script
 from workbench import crashing_interpreter, git
 
-from helpers import console_script
+from vllm_metax_mcp.core.foundation.isolated import (
+    STEP_MARKER,
+    ProbeDied,
+    describe_exit,
+    run_isolated,
+)
 
 MARKER = "@@TEST@@"
 PYTHON = Path(sys.executable)
@@ -48,7 +52,10 @@ def test_a_signal_is_named_with_the_step_and_the_last_report_kept(sig: signal.Si
     assert died.value.death.step == "importing a kernel library"
     assert died.value.partial == {"stage": 1}
     assert died.value.code.value == "blocked"
-    assert f"the test probe died: {sig.name}" in died.value.message and "while importing a kernel library" in died.value.message
+    assert (
+        f"the test probe died: {sig.name}" in died.value.message
+        and "while importing a kernel library" in died.value.message
+    )
 
 
 def test_a_report_followed_by_a_step_is_not_a_finished_one() -> None:
@@ -92,9 +99,20 @@ def test_environment_probe_of_an_interpreter_whose_plugin_crashes(tmp_path: Path
     (tmp_path / "target/packages/vllm_metax/__init__.py").write_text("from . import _maca_C\n")
     arguments = {"action": "establish", "plugin_repo": "plugin", "python": str(python)}
     proc = subprocess.run(
-        [str(console_script()), "call", "environment", "--root", str(tmp_path), "--state-dir", str(tmp_path.parent / f"{tmp_path.name}-state"),
-         "--args", json.dumps(arguments)],
-        capture_output=True, text=True, timeout=120,
+        [
+            str(console_script()),
+            "call",
+            "environment",
+            "--root",
+            str(tmp_path),
+            "--state-dir",
+            str(tmp_path.parent / f"{tmp_path.name}-state"),
+            "--args",
+            json.dumps(arguments),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 3, proc.stderr
     error = json.loads(proc.stderr)["error"]

@@ -7,12 +7,13 @@ from typing import Any
 
 import anyio
 import pytest
-
-from vllm_metax_mcp.core.dispatch import evaluate
-from vllm_metax_mcp.core.pyindex import scan_source
-from vllm_metax_mcp.tools import trace_dependency as tool
-from vllm_metax_mcp.tools.base import Runtime, ToolEnv, invoke
 from workbench import build_plugin_repo, build_upstream_history, git
+
+from vllm_metax_mcp.core.code.dispatch import evaluate
+from vllm_metax_mcp.core.code.module_index import scan_source
+from vllm_metax_mcp.tools import trace_dependency as tool
+from vllm_metax_mcp.tools.dispatch import invoke
+from vllm_metax_mcp.tools.spec import Runtime, ToolEnv
 
 pytestmark = pytest.mark.slow
 
@@ -74,7 +75,10 @@ def test_walk_takes_the_out_of_tree_branch_and_records_the_others(workspace: dic
     assert found["vllm.models.deepseek_v4.nvidia.model:DeepseekV4ForCausalLM"].side == "upstream"
     # relative imports of the plugin package resolve to its own modules
     assert found["vllm_metax.models.deepseek_v4.model"].side == "plugin"
-    assert found["vllm_metax.models.deepseek_v4.model:DeepseekV4ForCausalLM"].reached_from == "vllm_metax.models.deepseek_v4"
+    assert (
+        found["vllm_metax.models.deepseek_v4.model:DeepseekV4ForCausalLM"].reached_from
+        == "vllm_metax.models.deepseek_v4"
+    )
     # model-private attention outside the main model file is reached
     assert "vllm.models.deepseek_v4.attention" in found
     assert found["torch"].side == "third_party" and found["torch"].boundary
@@ -112,7 +116,9 @@ def test_depth_bounds_the_walk_and_the_second_call_hits_the_cache(workspace: dic
 
 
 def test_consumers_of_a_shared_helper(workspace: dict[str, Any]) -> None:
-    result = trace(workspace, direction="consumers", symbol="vllm.models.deepseek_v4.compressor:DeepseekCompressor", depth=1)
+    result = trace(
+        workspace, direction="consumers", symbol="vllm.models.deepseek_v4.compressor:DeepseekCompressor", depth=1
+    )
     names = {row.name for row in result.inventory}
     assert "vllm.models.deepseek_v4.attention" in names
     assert all(row.depth == 1 for row in result.inventory)
@@ -132,7 +138,11 @@ def test_review_mode_leaves_the_plugin_repository_identical(workspace: dict[str,
     plugin = workspace["root"] / "plugin"
     before = (git(plugin, "status", "--porcelain"), (plugin / ".git/index").read_bytes(), git(plugin, "for-each-ref"))
     trace(workspace, mode="review", depth=1)
-    assert (git(plugin, "status", "--porcelain"), (plugin / ".git/index").read_bytes(), git(plugin, "for-each-ref")) == before
+    assert (
+        git(plugin, "status", "--porcelain"),
+        (plugin / ".git/index").read_bytes(),
+        git(plugin, "for-each-ref"),
+    ) == before
 
 
 def test_cycles_terminate(tmp_path: Path) -> None:

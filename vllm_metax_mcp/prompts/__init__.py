@@ -13,10 +13,10 @@ from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 
-from ..core.environment import load_record
-from ..core.errors import ToolFailure
-from ..core.git import open_repository
-from ..tools.base import Runtime
+from ..core.foundation.errors import ToolFailure
+from ..core.sources.environment import load_record
+from ..core.sources.git import open_repository
+from ..tools.spec import Runtime
 
 
 def template(name: str) -> str:
@@ -36,9 +36,7 @@ def known_environment(runtime: Runtime, plugin_repo: str) -> str:
         )
     upstream: dict[str, Any] = record.get("upstream") or {}
     modules = record.get("probe", {}).get("modules", {})
-    versions = ", ".join(
-        f"{name} {info.get('version') or 'not importable'}" for name, info in sorted(modules.items())
-    )
+    versions = ", ".join(f"{name} {info.get('version') or 'not importable'}" for name, info in sorted(modules.items()))
     confirmation = record.get("confirmation")
     lines = [
         f"- Interpreter: {record.get('python')} ({versions})",
@@ -46,7 +44,11 @@ def known_environment(runtime: Runtime, plugin_repo: str) -> str:
         f"- Upstream: {upstream.get('path', 'none recorded')}"
         + (f" at {upstream['target']} ({upstream['target_commit'][:12]})" if upstream.get("target_commit") else ""),
         "- Target confirmed: "
-        + (f"yes, by the {confirmation['confirmed_by']}; do not ask again" if confirmation else "no: ask the user once, then `environment(action=confirm, upstream, target)`"),
+        + (
+            f"yes, by the {confirmation['confirmed_by']}; do not ask again"
+            if confirmation
+            else "no: ask the user once, then `environment(action=confirm, upstream, target)`"
+        ),
     ]
     if record.get("instruction_files"):
         lines.append("- Read first: " + ", ".join(record["instruction_files"]))
@@ -58,7 +60,9 @@ def register_prompts(server: MCPServer, runtime: Runtime) -> None:
     def upgrade_model(models: str, target: str = "", plugin_repo: str = ".") -> str:
         """models: architecture names (comma-separated); target: upstream revision (default: the record's)."""
         return template("upgrade_model").format(
-            models=models, target=target or "the recorded target", plugin_repo=plugin_repo,
+            models=models,
+            target=target or "the recorded target",
+            plugin_repo=plugin_repo,
             environment=known_environment(runtime, plugin_repo),
         )
 
@@ -66,7 +70,9 @@ def register_prompts(server: MCPServer, runtime: Runtime) -> None:
     def review_upgrade(subject: str = "index", plugin_repo: str = ".") -> str:
         """subject: index (staged, the usual review before a commit), worktree or revision."""
         return template("review_upgrade").format(
-            subject=subject, plugin_repo=plugin_repo, environment=known_environment(runtime, plugin_repo),
+            subject=subject,
+            plugin_repo=plugin_repo,
+            environment=known_environment(runtime, plugin_repo),
         )
 
     @server.prompt(name="trim_model", title="Trim a checkpoint into a small model that keeps every path")
@@ -78,5 +84,8 @@ def register_prompts(server: MCPServer, runtime: Runtime) -> None:
     def smoke_test(model: str, tp: int = 1, pp: int = 1, plugin_repo: str = ".") -> str:
         """model: model directory; tp/pp: parallelism."""
         return template("smoke_test").format(
-            model=model, tp=tp, pp=pp, environment=known_environment(runtime, plugin_repo),
+            model=model,
+            tp=tp,
+            pp=pp,
+            environment=known_environment(runtime, plugin_repo),
         )

@@ -8,18 +8,26 @@ import logging
 from typing import Annotated, Any
 
 import anyio
-from mcp.server.mcpserver import AcceptedElicitation, Context, Elicit, ElicitationResult, MCPServer, Resolve
+from mcp.server.mcpserver import (
+    AcceptedElicitation,
+    Context,
+    Elicit,
+    ElicitationResult,
+    MCPServer,
+    Resolve,
+)
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
 from .. import __version__
-from ..core.errors import ErrorCode, ToolFailure
-from ..core.policy import Effect
+from ..core.foundation.errors import ErrorCode, ToolFailure
+from ..core.foundation.policy import Effect
 from ..prompts import register_prompts
 from ..resources import register_resources
 from ..tools import ALL_TOOLS, served_tools
-from ..tools.base import Runtime, ToolEnv, ToolSpec, invoke, parse_input
+from ..tools.dispatch import invoke, parse_input
+from ..tools.spec import Runtime, ToolEnv, ToolSpec
 
 log = logging.getLogger("vllm_metax_mcp")
 
@@ -41,7 +49,9 @@ Cite `result_id` values of earlier results as evidence."""
 
 def error_result(failure: ToolFailure) -> CallToolResult:
     """A tool error as the client sees it: is_error, and text that is exactly the error JSON."""
-    return CallToolResult(content=[TextContent(type="text", text=json.dumps({"error": failure.to_dict()}))], is_error=True)
+    return CallToolResult(
+        content=[TextContent(type="text", text=json.dumps({"error": failure.to_dict()}))], is_error=True
+    )
 
 
 def annotations_for(spec: ToolSpec) -> ToolAnnotations:

@@ -14,11 +14,12 @@ from typing import Any
 
 import anyio
 
-from ..core.errors import ErrorCode, ToolFailure
-from ..core.policy import Mode
-from ..core.safe_load import MAX_ARGUMENT_BYTES, load_json_bounded
+from ..core.foundation.errors import ErrorCode, ToolFailure
+from ..core.foundation.policy import Mode
+from ..core.foundation.safe_load import MAX_ARGUMENT_BYTES, load_json_bounded
 from ..tools import ALL_TOOLS, served_tools
-from ..tools.base import Runtime, ToolEnv, invoke
+from ..tools.dispatch import invoke
+from ..tools.spec import Runtime, ToolEnv
 from .app import annotations_for, build_server
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_BLOCKED = 0, 1, 2, 3
@@ -28,7 +29,9 @@ log = logging.getLogger("vllm_metax_mcp")
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.EDIT.value)
     parser.add_argument("--root", action="append", default=None, help="readable root (repeatable; default: cwd)")
-    parser.add_argument("--output-root", action="append", default=None, help="where outputs may go (default: the roots)")
+    parser.add_argument(
+        "--output-root", action="append", default=None, help="where outputs may go (default: the roots)"
+    )
     parser.add_argument(
         "--state-dir",
         default=None,

@@ -113,7 +113,9 @@ def resolve_bind(host: str, port: int, token: str | None, allowed_hosts: list[st
     for value in extra:
         hosts.extend([value] if re.search(r":[0-9]+$", value) and not value.endswith("]") else [value, f"{value}:*"])
     origins = [f"{scheme}://{h}" for h in hosts for scheme in ("http", "https")]
-    security = TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins
+    )
     return Bind(literal, loopback, security)
 
 
@@ -128,7 +130,9 @@ class BearerToken:
         if scope["type"] == "http":
             supplied = dict(scope.get("headers") or []).get(b"authorization", b"")
             if not hmac.compare_digest(supplied, self.expected):
-                await send({"type": "http.response.start", "status": 401, "headers": [(b"content-type", b"text/plain")]})
+                await send(
+                    {"type": "http.response.start", "status": 401, "headers": [(b"content-type", b"text/plain")]}
+                )
                 await send({"type": "http.response.body", "body": b"missing or wrong bearer token\n"})
                 return
         await self.app(scope, receive, send)

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
-from ..core.policy import Effect, Mode
-from . import diff_model, environment, export_snapshot, inspect_config, jobs, run_smoke_test, trace_dependency
-from . import plan_trim
-from . import trim_model
-from . import audit_commits
-from .base import ToolSpec
+from ..core.foundation.policy import Effect, Mode
+from . import (
+    audit_commits,
+    diff_model,
+    environment,
+    export_snapshot,
+    inspect_config,
+    jobs,
+    plan_trim,
+    run_smoke_test,
+    trace_dependency,
+    trim_model,
+)
+from .spec import ToolSpec
 
 ALL_TOOLS: tuple[ToolSpec, ...] = (
     environment.SPEC,

@@ -10,14 +10,19 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
-from ..core.codebase import Codebase
-from ..core.commits import Commit, Hit, Listing, SymbolChange, Track, commit_patch, list_commits, other_files, symbol_changes
-from ..core.dependents import Dependents
-from ..core.environment import UpstreamMapping, load_record, require_confirmed_target
-from ..core.errors import ToolFailure, bad_input, not_found
-from ..core.evidence import Evidence
-from ..core.git import Repository
-from ..core.ledger import (
+from ..core.audit.commits import (
+    Commit,
+    Hit,
+    Listing,
+    SymbolChange,
+    Track,
+    commit_patch,
+    list_commits,
+    other_files,
+    symbol_changes,
+)
+from ..core.audit.dependents import Dependents
+from ..core.audit.ledger import (
     Disposition,
     EvidenceChecker,
     Unaccounted,
@@ -35,13 +40,7 @@ from ..core.ledger import (
     unaccounted,
     write_text,
 )
-from ..core.matrix import MatrixRow, difference_matrix
-from ..core.overrides import find_overrides, override_facts
-from ..core.pairing import LOCAL_ROOT, Pair, Trees, build_trees, pair_files
-from ..core.plugin_facts import plugin_facts
-from ..core.policy import Effect
-from ..core.pyindex import RecordCache
-from ..core.ranges import (
+from ..core.audit.ranges import (
     FileBase,
     Range,
     ancestor_release,
@@ -53,13 +52,33 @@ from ..core.ranges import (
     remember,
     stored_bases,
 )
-from ..core.registration import plugin_registrations
-from ..core.releases import MAX_RELEASES, PairingInputs
-from ..core.results import Page, inputs_fingerprint, paginate
-from ..core.subjects import RevisionSubject, Subject, clean_path
-from ..core.textdiff import StatsCache
-from .base import ToolEnv, ToolOutput, ToolSpec
-from .common import UpstreamArgs, open_plugin_repo, open_plugin_subject, open_upstream
+from ..core.code.codebase import Codebase
+from ..core.code.module_index import RecordCache
+from ..core.code.overrides import find_overrides, override_facts
+from ..core.code.plugin_facts import plugin_facts
+from ..core.code.registration import plugin_registrations
+from ..core.compare.matrix import MatrixRow, difference_matrix
+from ..core.compare.pairing import LOCAL_ROOT, Pair, Trees, build_trees, pair_files
+from ..core.compare.releases import MAX_RELEASES, PairingInputs
+from ..core.compare.textdiff import StatsCache
+from ..core.foundation.errors import ToolFailure, bad_input, not_found
+from ..core.foundation.evidence import Evidence
+from ..core.foundation.policy import Effect
+from ..core.foundation.results import Page, inputs_fingerprint, paginate
+from ..core.sources.environment import (
+    UpstreamMapping,
+    load_record,
+    require_confirmed_target,
+)
+from ..core.sources.git import Repository
+from ..core.sources.subjects import RevisionSubject, Subject, clean_path
+from .arguments import (
+    UpstreamArgs,
+    open_plugin_repo,
+    open_plugin_subject,
+    open_upstream,
+)
+from .spec import ToolEnv, ToolOutput, ToolSpec
 
 Action = Literal["list", "record", "baseline", "annotate", "status", "recheck", "export"]
 CONFIRMED_ACTIONS = frozenset({"record", "baseline", "annotate"})
@@ -77,9 +96,15 @@ class RecordEntry(BaseModel):
     commit: str = Field(description="Upstream commit (full or abbreviated sha) inside the file's range.")
     file: str = Field(description="Audited plugin file, repository-relative (vllm_metax/models/...).")
     disposition: Disposition
-    local_edit: bool = Field(description="Whether the plugin file needs (or got) an edit for this commit; false keeps no-edit commits visible.")
-    affected_interface: str = Field(min_length=1, description="The interface or behaviour the commit changes, or 'none'.")
-    plugin_symbols: list[str] = Field(default_factory=list, description="Dependent plugin symbols: module:Name[.member], or a name in `file`.")
+    local_edit: bool = Field(
+        description="Whether the plugin file needs (or got) an edit for this commit; false keeps no-edit commits visible."
+    )
+    affected_interface: str = Field(
+        min_length=1, description="The interface or behaviour the commit changes, or 'none'."
+    )
+    plugin_symbols: list[str] = Field(
+        default_factory=list, description="Dependent plugin symbols: module:Name[.member], or a name in `file`."
+    )
     evidence: list[Evidence] = Field(
         min_length=1,
         description="Checked items: file (path, line, rev = blob or revision), commit (in range), tool_result, test, probe; "
@@ -100,21 +125,29 @@ class AuditCommitsInput(UpstreamArgs):
         "annotate: inventory rows (entries with node); status: per-file counts, paged; recheck: differences nothing "
         "explains, paged; export: JSON and markdown of the ledger.",
     )
-    paths: list[str] = Field(default_factory=lambda: [f"{LOCAL_ROOT}/models/"], description="Plugin files or directories to audit.")
-    mapping_overrides: dict[str, str | None] = Field(default_factory=dict, description="As diff_model's: plugin path -> upstream path.")
+    paths: list[str] = Field(
+        default_factory=lambda: [f"{LOCAL_ROOT}/models/"], description="Plugin files or directories to audit."
+    )
+    mapping_overrides: dict[str, str | None] = Field(
+        default_factory=dict, description="As diff_model's: plugin path -> upstream path."
+    )
     releases: list[str] = Field(
-        default_factory=list, max_length=MAX_RELEASES,
+        default_factory=list,
+        max_length=MAX_RELEASES,
         description="Upstream release tags, oldest first: each file's base is its closest release (as diff_model computes it). "
         "Without releases or base the ledger's recorded bases are used.",
     )
     base: str | None = Field(default=None, description="One base revision for every file (overrides releases).")
-    include_dependencies: bool = Field(default=False, description="Also follow the upstream modules each counterpart imports.")
+    include_dependencies: bool = Field(
+        default=False, description="Also follow the upstream modules each counterpart imports."
+    )
     commit: str | None = Field(default=None, description="list: only this commit, with its full file and symbol lists.")
     patch: Literal["none", "mapped", "all"] = Field(
         default="none", description="list with commit: the patch of its mapped files (or all files), paged by lines."
     )
     entries: list[RecordEntry | AnnotateEntry] = Field(
-        default_factory=list, max_length=MAX_ENTRIES,
+        default_factory=list,
+        max_length=MAX_ENTRIES,
         description="record: {commit, file, disposition, local_edit, affected_interface, plugin_symbols, evidence}; "
         "annotate: {node, disposition, evidence}. Each entry is checked and answered on its own.",
     )
@@ -128,8 +161,12 @@ class AuditCommitsInput(UpstreamArgs):
 
 class CommitFiles(BaseModel):
     mapped: list[str] = Field(description="Tracked upstream files the commit touched (paths at the commit).")
-    renamed_from: dict[str, str] = Field(default_factory=dict, description="Mapped path -> the path it had before this commit.")
-    production: list[str] = Field(description="Other production modules it touched (code outside tests, docs, benchmarks, CI).")
+    renamed_from: dict[str, str] = Field(
+        default_factory=dict, description="Mapped path -> the path it had before this commit."
+    )
+    production: list[str] = Field(
+        description="Other production modules it touched (code outside tests, docs, benchmarks, CI)."
+    )
     production_total: int
     other: list[str] = Field(description="Tests, docs, benchmarks, CI and non-code files.")
     other_total: int
@@ -177,8 +214,12 @@ class FileRange(BaseModel):
     upstream: str | None = Field(description="Counterpart at the target (null: none).")
     rule: str
     base: str | None = Field(description="Release or revision the range starts at (null: no base known).")
-    followed: list[str] = Field(default_factory=list, description="Older upstream names of the counterpart within the range.")
-    dependencies: int = Field(default=0, description="Upstream modules tracked besides the counterpart (include_dependencies).")
+    followed: list[str] = Field(
+        default_factory=list, description="Older upstream names of the counterpart within the range."
+    )
+    dependencies: int = Field(
+        default=0, description="Upstream modules tracked besides the counterpart (include_dependencies)."
+    )
     commits: int = 0
     with_entry: int = 0
     without_entry: int = 0
@@ -204,7 +245,9 @@ class UnaccountedOut(BaseModel):
     change: str
     proposed_class: str
     reason: str
-    commits: list[str] = Field(description="Commits in range that changed the upstream symbol and have no entry for this file.")
+    commits: list[str] = Field(
+        description="Commits in range that changed the upstream symbol and have no entry for this file."
+    )
 
 
 class ExportOut(BaseModel):
@@ -219,17 +262,25 @@ class AuditCommitsOutput(ToolOutput):
     ledger_id: str = ""
     ledger_uri: str = Field(default="", description="The ledger as a read-only resource.")
     upstream_target: str = ""
-    files: list[FileRange] = Field(default_factory=list, description="status: this page of files; list: the files of this page's commits.")
+    files: list[FileRange] = Field(
+        default_factory=list, description="status: this page of files; list: the files of this page's commits."
+    )
     commits: list[CommitOut] = Field(default_factory=list)
     patch: list[str] = Field(default_factory=list, description="list with commit and patch: this page of the patch.")
-    total: int = Field(default=0, description="Items of the paged list (commits, files, unaccounted or patch lines) in all pages.")
+    total: int = Field(
+        default=0, description="Items of the paged list (commits, files, unaccounted or patch lines) in all pages."
+    )
     next_cursor: str | None = None
     results: list[EntryResult] = Field(default_factory=list)
     summary: Summary = Field(default_factory=Summary)
     unaccounted: list[UnaccountedOut] = Field(default_factory=list)
     baseline_rows: int = 0
-    matrix_counts: dict[str, int] = Field(default_factory=dict, description="baseline/recheck: differences per proposed class.")
-    complete: bool = Field(default=False, description="recheck/export only: every commit has an entry and nothing is unaccounted.")
+    matrix_counts: dict[str, int] = Field(
+        default_factory=dict, description="baseline/recheck: differences per proposed class."
+    )
+    complete: bool = Field(
+        default=False, description="recheck/export only: every commit has an entry and nothing is unaccounted."
+    )
     export: ExportOut | None = None
     unknowns: list[str] = Field(default_factory=list)
     next_step: str = ""
@@ -283,17 +334,23 @@ def _registrations(plugin: Subject, prefixes: list[str]) -> dict[str, tuple[int,
 def _open(args: AuditCommitsInput, env: ToolEnv) -> _Call:
     repo = open_plugin_repo(args, env)
     if repo is None:
-        raise bad_input("audit_commits keeps one ledger per plugin repository: use subject worktree, index, revision or installed.")
+        raise bad_input(
+            "audit_commits keeps one ledger per plugin repository: use subject worktree, index, revision or installed."
+        )
     plugin = open_plugin_subject(args, env, repo)
     upstream, mapping = open_upstream(args, env, repo)
     if not isinstance(upstream, RevisionSubject):
-        raise bad_input("audit_commits needs a git upstream (commits exist only in a repository): pass upstream=<vLLM clone> and target.")
+        raise bad_input(
+            "audit_commits needs a git upstream (commits exist only in a repository): pass upstream=<vLLM clone> and target."
+        )
     if args.action in CONFIRMED_ACTIONS:
         require_confirmed_target(load_record(env.store, repo), mapping if args.upstream else None)
     prefixes = [clean_path(p) for p in args.paths]
     local_files = sorted({p for prefix in prefixes for p in plugin.list(prefix) if p.endswith(".py")})
     if not local_files:
-        raise not_found(f"No Python files under {', '.join(args.paths)} in the {plugin.label} subject; pass paths such as vllm_metax/models/.")
+        raise not_found(
+            f"No Python files under {', '.join(args.paths)} in the {plugin.label} subject; pass paths such as vllm_metax/models/."
+        )
     overrides = {}
     for local, counterpart in args.mapping_overrides.items():
         if clean_path(local) not in local_files:
@@ -302,8 +359,16 @@ def _open(args: AuditCommitsInput, env: ToolEnv) -> _Call:
     inputs = PairingInputs(local_files, prefixes, overrides, _registrations(plugin, prefixes))
     identifier = ledger_id(repo.key, upstream.commit)
     return _Call(
-        repo, plugin, upstream, mapping, local_files, inputs, RecordCache(env.store), identifier,
-        load_ledger(env.store, identifier), new_ledger(identifier, repo.key, mapping.as_dict()),
+        repo,
+        plugin,
+        upstream,
+        mapping,
+        local_files,
+        inputs,
+        RecordCache(env.store),
+        identifier,
+        load_ledger(env.store, identifier),
+        new_ledger(identifier, repo.key, mapping.as_dict()),
     )
 
 
@@ -316,12 +381,17 @@ def _bases(args: AuditCommitsInput, env: ToolEnv, call: _Call, pairs: list[Pair]
         return stored_bases(call.ledger, call.local_files)
     if len(set(args.releases)) != len(args.releases):
         raise bad_input("releases names a release twice; list each once, oldest first.")
-    releases = [ancestor_release(call.upstream.repo, label, call.target) for label in ([args.base] if args.base else args.releases)]
+    releases = [
+        ancestor_release(call.upstream.repo, label, call.target)
+        for label in ([args.base] if args.base else args.releases)
+    ]
     if args.base and pairs is None:
         bases = {local: FileBase(args.base, releases[0].commit or "") for local in call.local_files}
     else:
         known = {call.target: pairs} if pairs else {}
-        bases = file_bases(call.plugin, releases, call.cache, StatsCache(env.store), call.inputs, known, one_base=bool(args.base))
+        bases = file_bases(
+            call.plugin, releases, call.cache, StatsCache(env.store), call.inputs, known, one_base=bool(args.base)
+        )
     call.ledger = change_ledger(env.store, call.fresh, lambda ledger: remember(ledger["bases"], bases))
     return bases
 
@@ -332,14 +402,20 @@ def _codebase(call: _Call, trees: Trees) -> Codebase:
 
 def _scope(args: AuditCommitsInput, env: ToolEnv, call: _Call) -> _Scope:
     prefixes = sorted({f"{LOCAL_ROOT}/", *call.inputs.prefixes})
-    trees = build_trees(call.plugin, call.upstream, call.cache, prefixes, [u for u in call.inputs.overrides.values() if u])
-    pairs = pair_files(trees, call.local_files, call.inputs.overrides, call.inputs.registrations, judge_content=False).pairs
+    trees = build_trees(
+        call.plugin, call.upstream, call.cache, prefixes, [u for u in call.inputs.overrides.values() if u]
+    )
+    pairs = pair_files(
+        trees, call.local_files, call.inputs.overrides, call.inputs.registrations, judge_content=False
+    ).pairs
     bases = _bases(args, env, call, pairs)
     code = _codebase(call, trees)
     imports = (lambda counterpart: counterpart_imports(trees, code, counterpart)) if args.include_dependencies else None
     tracks, unknowns = file_tracks(pairs, bases, imports)
     if not tracks and any(p.upstream for p in pairs):
-        raise bad_input("No file has a base: pass releases (tags, oldest first) or base once; the ledger then remembers them.")
+        raise bad_input(
+            "No file has a base: pass releases (tags, oldest first) or base once; the ledger then remembers them."
+        )
     return _Scope(trees, pairs, bases, tracks, unknowns)
 
 
@@ -359,9 +435,15 @@ def _files(scope: _Scope, listing: Listing, recorded: set[tuple[str, str]]) -> l
         track = tracks.get(pair.local)
         rows.append(
             FileRange(
-                local=pair.local, upstream=pair.upstream, rule=pair.rule.value, base=scope.bases[pair.local].label if track else None,
-                followed=listing.followed.get(pair.local, []), dependencies=len(track.paths) - 1 if track else 0,
-                commits=len(shas), with_entry=done, without_entry=len(shas) - done,
+                local=pair.local,
+                upstream=pair.upstream,
+                rule=pair.rule.value,
+                base=scope.bases[pair.local].label if track else None,
+                followed=listing.followed.get(pair.local, []),
+                dependencies=len(track.paths) - 1 if track else 0,
+                commits=len(shas),
+                with_entry=done,
+                without_entry=len(shas) - done,
             )
         )
     return rows
@@ -373,34 +455,64 @@ def _summary(listing: Listing, recorded: set[tuple[str, str]]) -> Summary:
 
 
 def _output(args: AuditCommitsInput, call: _Call, **fields: Any) -> AuditCommitsOutput:
-    label = f"{call.mapping.target} ({call.target[:12]})" if call.mapping.target and call.mapping.target != call.target else call.target[:12]
-    return AuditCommitsOutput(action=args.action, ledger_id=call.ledger_id, ledger_uri=LEDGER_URI.format(call.ledger_id),
-                              upstream_target=label, **fields)
+    label = (
+        f"{call.mapping.target} ({call.target[:12]})"
+        if call.mapping.target and call.mapping.target != call.target
+        else call.target[:12]
+    )
+    return AuditCommitsOutput(
+        action=args.action,
+        ledger_id=call.ledger_id,
+        ledger_uri=LEDGER_URI.format(call.ledger_id),
+        upstream_target=label,
+        **fields,
+    )
 
 
 def _page(args: AuditCommitsInput, items: list[T], kind: str) -> Page[T]:
     fingerprint = inputs_fingerprint("audit_commits", args.model_dump(mode="json"))
-    return paginate(items, cursor=args.cursor, limit=args.limit, fingerprint=fingerprint,
-                    default_limit=DEFAULT_LIMITS[kind], max_limit=MAX_LIMITS[kind])
+    return paginate(
+        items,
+        cursor=args.cursor,
+        limit=args.limit,
+        fingerprint=fingerprint,
+        default_limit=DEFAULT_LIMITS[kind],
+        max_limit=MAX_LIMITS[kind],
+    )
 
 
 # -- list ----------------------------------------------------------------------------------------
 
 
-def _commit_out(commit: Commit, hits: list[Hit], listing: Listing, changes: list[SymbolChange],
-                dependents: Dependents, entries: list[dict[str, Any]], shown: int) -> CommitOut:
+def _commit_out(
+    commit: Commit,
+    hits: list[Hit],
+    listing: Listing,
+    changes: list[SymbolChange],
+    dependents: Dependents,
+    entries: list[dict[str, Any]],
+    shown: int,
+) -> CommitOut:
     production, other = other_files(commit, hits)
     found = dependents.of_changes(changes, {hit.path: hit.target_path for hit in hits})
     return CommitOut(
-        sha=commit.sha, subject=commit.subject, author=commit.author, date=commit.date,
+        sha=commit.sha,
+        subject=commit.subject,
+        author=commit.author,
+        date=commit.date,
         local_files=listing.files_of(commit.sha),
         files=CommitFiles(
-            mapped=sorted(hit.path for hit in hits), renamed_from={h.path: h.previous for h in hits if h.previous},
-            production=production[:shown], production_total=len(production), other=other[:shown], other_total=len(other),
+            mapped=sorted(hit.path for hit in hits),
+            renamed_from={h.path: h.previous for h in hits if h.previous},
+            production=production[:shown],
+            production_total=len(production),
+            other=other[:shown],
+            other_total=len(other),
         ),
         changed_symbols=[ChangedSymbol(file=c.path, symbol=c.symbol, change=c.change) for c in changes[:shown]],
         changed_symbols_total=len(changes),
-        dependent_plugin_symbols=[DependentSymbol(**asdict(d)) for d in found[:shown]], dependents_total=len(found),
+        dependent_plugin_symbols=[DependentSymbol(**asdict(d)) for d in found[:shown]],
+        dependents_total=len(found),
         entries=[LedgerEntry.model_validate(e) for e in sorted(entries, key=lambda e: e["file"])],
     )
 
@@ -413,7 +525,9 @@ def _list(args: AuditCommitsInput, env: ToolEnv, call: _Call) -> AuditCommitsOut
     if args.commit:
         sha = call.upstream.repo.resolve_commit(args.commit)
         if sha not in listing.commits:
-            raise not_found(f"{args.commit} touches none of the audited files' upstream files within their ranges; list without commit.")
+            raise not_found(
+                f"{args.commit} touches none of the audited files' upstream files within their ranges; list without commit."
+            )
         commits, shown = [listing.commits[sha]], DETAIL_SHOWN
     output = _output(args, call, summary=_summary(listing, recorded), unknowns=scope.unknowns + listing.unknowns)
     if args.patch != "none":
@@ -426,9 +540,14 @@ def _list(args: AuditCommitsInput, env: ToolEnv, call: _Call) -> AuditCommitsOut
     touched = [(c, listing.hits_of(c.sha)) for c in commits]
     changes = symbol_changes(call.upstream.repo, call.cache, touched)
     code = _codebase(call, scope.trees)
-    dependents = Dependents(code, scope.pairs, find_overrides(code, override_facts(env.store, code, frozenset({LOCAL_ROOT})), None))
+    dependents = Dependents(
+        code, scope.pairs, find_overrides(code, override_facts(env.store, code, frozenset({LOCAL_ROOT})), None)
+    )
     by_commit = entries_by_commit(call.ledger)
-    output.commits = [_commit_out(c, hits, listing, changes[c.sha], dependents, by_commit.get(c.sha, []), shown) for c, hits in touched]
+    output.commits = [
+        _commit_out(c, hits, listing, changes[c.sha], dependents, by_commit.get(c.sha, []), shown)
+        for c, hits in touched
+    ]
     involved = {f for c in output.commits for f in c.local_files}
     output.files = [f for f in _files(scope, listing, recorded) if f.local in involved]
     output.total, output.next_cursor = page.total, page.next_cursor
@@ -448,7 +567,9 @@ def _checker(env: ToolEnv, call: _Call, bases: dict[str, FileBase]) -> EvidenceC
     return EvidenceChecker(env.store, trees, [call.upstream.repo, call.repo], call.upstream.repo)
 
 
-def _checked_entry(entry: RecordEntry, call: _Call, ranges: dict[str, Range], checker: EvidenceChecker) -> dict[str, Any]:
+def _checked_entry(
+    entry: RecordEntry, call: _Call, ranges: dict[str, Range], checker: EvidenceChecker
+) -> dict[str, Any]:
     local = clean_path(entry.file)
     if local not in call.local_files:
         raise bad_input(f"{entry.file} is not an audited file (a Python file under paths).")
@@ -460,24 +581,39 @@ def _checked_entry(entry: RecordEntry, call: _Call, ranges: dict[str, Range], ch
     symbols = [plugin_symbol(s, local, call.plugin, call.cache) for s in entry.plugin_symbols]
     evidence = checker.check(entry.evidence, ranges[local], judged=commit)
     return {
-        "commit": commit, "file": local, "disposition": entry.disposition, "local_edit": entry.local_edit,
-        "affected_interface": entry.affected_interface, "plugin_symbols": symbols,
-        "evidence": [item.model_dump(mode="json") for item in evidence], "recorded_at": time.time(),
+        "commit": commit,
+        "file": local,
+        "disposition": entry.disposition,
+        "local_edit": entry.local_edit,
+        "affected_interface": entry.affected_interface,
+        "plugin_symbols": symbols,
+        "evidence": [item.model_dump(mode="json") for item in evidence],
+        "recorded_at": time.time(),
     }
 
 
-def _checked_annotation(entry: AnnotateEntry, call: _Call, scope: Range | None, checker: EvidenceChecker) -> dict[str, Any]:
+def _checked_annotation(
+    entry: AnnotateEntry, call: _Call, scope: Range | None, checker: EvidenceChecker
+) -> dict[str, Any]:
     node = inventory_node(entry.node, call.plugin, call.upstream, call.cache)
     evidence = checker.check(entry.evidence, scope)
-    return {"node": node, "disposition": entry.disposition, "recorded_at": time.time(),
-            "evidence": [item.model_dump(mode="json") for item in evidence]}
+    return {
+        "node": node,
+        "disposition": entry.disposition,
+        "recorded_at": time.time(),
+        "evidence": [item.model_dump(mode="json") for item in evidence],
+    }
 
 
 def _decide(args: AuditCommitsInput, env: ToolEnv, call: _Call) -> AuditCommitsOutput:
     """record and annotate: each entry checked and answered on its own, the accepted stored at once."""
     bases = _bases(args, env, call, None)
     ranges = file_ranges(call.upstream.repo, bases, call.target, call.target_label)
-    union = Range(f"a base..{call.target_label}", frozenset().union(*(r.commits for r in ranges.values()))) if ranges else None
+    union = (
+        Range(f"a base..{call.target_label}", frozenset().union(*(r.commits for r in ranges.values())))
+        if ranges
+        else None
+    )
     checker = _checker(env, call, bases)
     wanted, section = (RecordEntry, "entries") if args.action == "record" else (AnnotateEntry, "annotations")
     results: list[EntryResult] = []
@@ -511,11 +647,19 @@ def _status(args: AuditCommitsInput, env: ToolEnv, call: _Call) -> AuditCommitsO
     listing = list_commits(call.upstream.repo, scope.tracks, call.target)
     recorded = _recorded(call)
     page = _page(args, _files(scope, listing, recorded), "files")
-    output = _output(args, call, files=page.items, total=page.total, next_cursor=page.next_cursor,
-                     summary=_summary(listing, recorded), unknowns=scope.unknowns + listing.unknowns)
+    output = _output(
+        args,
+        call,
+        files=page.items,
+        total=page.total,
+        next_cursor=page.next_cursor,
+        summary=_summary(listing, recorded),
+        unknowns=scope.unknowns + listing.unknowns,
+    )
     output.next_step = (
         "Record entries for the commits without one (action=list shows them), then recheck (action=recheck)."
-        if output.summary.without_entry else "Every commit has an entry: recheck the differences (action=recheck)."
+        if output.summary.without_entry
+        else "Every commit has an entry: recheck the differences (action=recheck)."
     )
     return output
 
@@ -537,12 +681,18 @@ def _baseline(args: AuditCommitsInput, env: ToolEnv, call: _Call) -> AuditCommit
     audited = set(call.local_files)
 
     def store(ledger: dict[str, Any]) -> None:
-        kept = {k: v for k, v in ((ledger.get("baseline") or {}).get("rows") or {}).items() if v["local"] not in audited}
+        kept = {
+            k: v for k, v in ((ledger.get("baseline") or {}).get("rows") or {}).items() if v["local"] not in audited
+        }
         ledger["baseline"] = {"taken_at": time.time(), "rows": {**kept, **imported}}
 
     call.ledger = change_ledger(env.store, call.fresh, store)
-    output = _output(args, call, baseline_rows=len(imported), unknowns=scope.unknowns + gaps, matrix_counts=_counts(rows))
-    output.next_step = "The baseline explains today's differences; after edits, recheck reports any difference it no longer explains."
+    output = _output(
+        args, call, baseline_rows=len(imported), unknowns=scope.unknowns + gaps, matrix_counts=_counts(rows)
+    )
+    output.next_step = (
+        "The baseline explains today's differences; after edits, recheck reports any difference it no longer explains."
+    )
     return output
 
 
@@ -572,7 +722,9 @@ def _run_recheck(args: AuditCommitsInput, env: ToolEnv, call: _Call) -> _Recheck
     rows, gaps = _matrix(call, scope)
     found = differences(rows, scope.trees)
     involved = sorted({d.local for d in found})
-    touched = {sha: (listing.commits[sha], hits) for local in involved for sha, hits in listing.hits.get(local, {}).items()}
+    touched = {
+        sha: (listing.commits[sha], hits) for local in involved for sha, hits in listing.hits.get(local, {}).items()
+    }
     changes = symbol_changes(call.upstream.repo, call.cache, list(touched.values()))
     changed: dict[str, dict[str, list[str]]] = {}
     for local in involved:
@@ -585,8 +737,15 @@ def _run_recheck(args: AuditCommitsInput, env: ToolEnv, call: _Call) -> _Recheck
 
 def _unaccounted_out(found: list[Unaccounted]) -> list[UnaccountedOut]:
     return [
-        UnaccountedOut(local=u.difference.local, symbol=u.difference.symbol, upstream_symbol=u.difference.upstream_symbol,
-                       change=u.difference.change, proposed_class=u.difference.proposed_class, reason=u.reason, commits=list(u.commits))
+        UnaccountedOut(
+            local=u.difference.local,
+            symbol=u.difference.symbol,
+            upstream_symbol=u.difference.upstream_symbol,
+            change=u.difference.change,
+            proposed_class=u.difference.proposed_class,
+            reason=u.reason,
+            commits=list(u.commits),
+        )
         for u in found
     ]
 
@@ -594,11 +753,24 @@ def _unaccounted_out(found: list[Unaccounted]) -> list[UnaccountedOut]:
 def _recheck(args: AuditCommitsInput, env: ToolEnv, call: _Call) -> AuditCommitsOutput:
     check = _run_recheck(args, env, call)
     page = _page(args, _unaccounted_out(check.unaccounted), "unaccounted")
-    output = _output(args, call, unaccounted=page.items, total=page.total, next_cursor=page.next_cursor, summary=check.summary,
-                     complete=check.complete, unknowns=check.unknowns, matrix_counts=_counts(check.rows))
-    output.next_step = "Complete: export the ledger (action=export)." if output.complete else (
-        "Explain each unaccounted difference with an entry naming its plugin symbol (or record the commits that changed it), "
-        "or take a new baseline once the difference is confirmed intended; record entries for commits still without one."
+    output = _output(
+        args,
+        call,
+        unaccounted=page.items,
+        total=page.total,
+        next_cursor=page.next_cursor,
+        summary=check.summary,
+        complete=check.complete,
+        unknowns=check.unknowns,
+        matrix_counts=_counts(check.rows),
+    )
+    output.next_step = (
+        "Complete: export the ledger (action=export)."
+        if output.complete
+        else (
+            "Explain each unaccounted difference with an entry naming its plugin symbol (or record the commits that changed it), "
+            "or take a new baseline once the difference is confirmed intended; record entries for commits still without one."
+        )
     )
     return output
 
@@ -610,17 +782,26 @@ def _document(call: _Call, check: _Recheck) -> dict[str, Any]:
     baseline = ledger.get("baseline")
     listing = check.listing
     return {
-        "ledger_id": call.ledger_id, "upstream": call.mapping.as_dict(), "summary": check.summary.model_dump(), "complete": check.complete,
+        "ledger_id": call.ledger_id,
+        "upstream": call.mapping.as_dict(),
+        "summary": check.summary.model_dump(),
+        "complete": check.complete,
         "files": [f.model_dump() for f in _files(check.scope, listing, recorded)],
         "entries": sorted(ledger["entries"].values(), key=lambda e: (e["file"], e["commit"])),
         "subjects": {sha: c.subject for sha, c in listing.commits.items()},
         "missing": [
             {"commit": c.sha, "subject": c.subject, "files": missing}
-            for c in listing.ordered() if (missing := [f for f in listing.files_of(c.sha) if (c.sha, f) not in recorded])
+            for c in listing.ordered()
+            if (missing := [f for f in listing.files_of(c.sha) if (c.sha, f) not in recorded])
         ],
         "unaccounted": [u.model_dump() for u in _unaccounted_out(check.unaccounted)],
-        "baseline": {"taken_at": baseline["taken_at"], "rows": len(baseline["rows"]),
-                     "classes": dict(Counter(r["proposed_class"] for r in baseline["rows"].values()))} if baseline else None,
+        "baseline": {
+            "taken_at": baseline["taken_at"],
+            "rows": len(baseline["rows"]),
+            "classes": dict(Counter(r["proposed_class"] for r in baseline["rows"].values())),
+        }
+        if baseline
+        else None,
         "annotations": sorted(ledger["annotations"].values(), key=lambda a: a["node"]),
         "unknowns": check.unknowns,
     }
@@ -633,13 +814,24 @@ def _export(args: AuditCommitsInput, env: ToolEnv, call: _Call) -> AuditCommitsO
     json_path, markdown_path = f"exports/{call.ledger_id}.json", f"exports/{call.ledger_id}.md"
     env.store.write(json_path, document)
     write_text(env.store, markdown_path, markdown)
-    return _output(args, call, summary=check.summary, complete=check.complete, unknowns=document["unknowns"],
-                   export=ExportOut(json_path=json_path, markdown_path=markdown_path, document=document, markdown=markdown))
+    return _output(
+        args,
+        call,
+        summary=check.summary,
+        complete=check.complete,
+        unknowns=document["unknowns"],
+        export=ExportOut(json_path=json_path, markdown_path=markdown_path, document=document, markdown=markdown),
+    )
 
 
 ACTIONS = {
-    "list": _list, "record": _decide, "annotate": _decide, "status": _status,
-    "baseline": _baseline, "recheck": _recheck, "export": _export,
+    "list": _list,
+    "record": _decide,
+    "annotate": _decide,
+    "status": _status,
+    "baseline": _baseline,
+    "recheck": _recheck,
+    "export": _export,
 }
 
 

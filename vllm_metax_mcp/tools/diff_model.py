@@ -7,10 +7,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from ..core.errors import bad_input, not_found
-from ..core.evidence import Evidence
-from ..core.matrix import DiffClass, MatrixRow, difference_matrix
-from ..core.pairing import (
+from ..core.code.module_index import RecordCache
+from ..core.code.plugin_facts import plugin_facts
+from ..core.code.registration import plugin_registrations
+from ..core.compare.matrix import DiffClass, MatrixRow, difference_matrix
+from ..core.compare.pairing import (
     Pair,
     Pairing,
     Rule,
@@ -20,11 +21,7 @@ from ..core.pairing import (
     pair_files,
     paired_modules,
 )
-from ..core.plugin_facts import plugin_facts
-from ..core.policy import Effect
-from ..core.pyindex import RecordCache
-from ..core.registration import plugin_registrations
-from ..core.releases import (
+from ..core.compare.releases import (
     MAX_RELEASES,
     FileReleases,
     PairingInputs,
@@ -33,12 +30,25 @@ from ..core.releases import (
     family_summaries,
     resolve_releases,
 )
-from ..core.results import Page, inputs_fingerprint, paginate
-from ..core.subjects import RevisionSubject, Subject, clean_path
-from ..core.symdiff import SymbolDiff, diff_extension, diff_symbols, import_swaps
-from ..core.textdiff import StatsCache, split_lines, unified_diff
-from .base import ToolEnv, ToolOutput, ToolSpec
-from .common import UpstreamArgs, open_plugin_repo, open_plugin_subject, open_upstream
+from ..core.compare.symdiff import (
+    SymbolDiff,
+    diff_extension,
+    diff_symbols,
+    import_swaps,
+)
+from ..core.compare.textdiff import StatsCache, split_lines, unified_diff
+from ..core.foundation.errors import bad_input, not_found
+from ..core.foundation.evidence import Evidence
+from ..core.foundation.policy import Effect
+from ..core.foundation.results import Page, inputs_fingerprint, paginate
+from ..core.sources.subjects import RevisionSubject, Subject, clean_path
+from .arguments import (
+    UpstreamArgs,
+    open_plugin_repo,
+    open_plugin_subject,
+    open_upstream,
+)
+from .spec import ToolEnv, ToolOutput, ToolSpec
 
 DEFAULT_LIMITS = {"summary": 20, "symbols": 5, "releases": 20, "matrix": 15, "diff": 200}
 MAX_PAIRS = 500
@@ -70,7 +80,8 @@ class DiffModelInput(UpstreamArgs):
         "diff: the unified diff of `file`, paged by lines.",
     )
     file: str | None = Field(
-        default=None, description="detail=diff: the plugin (or upstream) path of one pair; detail=matrix: only its rows."
+        default=None,
+        description="detail=diff: the plugin (or upstream) path of one pair; detail=matrix: only its rows.",
     )
     cursor: str | None = None
     limit: int | None = Field(
@@ -109,7 +120,9 @@ class BaseChange(BaseModel):
 class Symbols(BaseModel):
     added: list[str] = Field(default_factory=list)
     removed: list[str] = Field(default_factory=list)
-    changed: list[str] = Field(default_factory=list, description="Body differs (docstrings, comments, blank lines ignored).")
+    changed: list[str] = Field(
+        default_factory=list, description="Body differs (docstrings, comments, blank lines ignored)."
+    )
     renamed: list[RenamedSymbol] = Field(default_factory=list)
     signatures: list[SignatureChange] = Field(default_factory=list)
     bases: list[BaseChange] = Field(default_factory=list)
@@ -120,7 +133,9 @@ class ImportSwap(BaseModel):
     local_module: str
     upstream_module: str
     line: int = Field(description="Line of the local import.")
-    paired: bool = Field(description="The local module is the pair of the upstream module (a copy follows its original).")
+    paired: bool = Field(
+        description="The local module is the pair of the upstream module (a copy follows its original)."
+    )
     upstream_line: int = Field(description="Line of the upstream import.")
 
 
@@ -142,7 +157,9 @@ class PairResult(BaseModel):
         "conditional_branch, moved, parse_error.",
     )
     evidence: list[Evidence] = Field(default_factory=list)
-    candidates: list[Candidate] = Field(default_factory=list, description="Alternatives content or a tie proposes; never decisive.")
+    candidates: list[Candidate] = Field(
+        default_factory=list, description="Alternatives content or a tie proposes; never decisive."
+    )
     stats: Stats | None = None
     symbols: Symbols | None = None
     import_swaps: list[ImportSwap] = Field(default_factory=list)
@@ -172,7 +189,9 @@ class FamilyRelease(BaseModel):
     family: str = Field(description="Local family directory, e.g. vllm_metax/models/deepseek_v4/.")
     files: dict[str, int] = Field(description="Closest release -> how many of the family's files it is closest for.")
     newest: str
-    by_rule: dict[str, list[str]] = Field(description="Pairing rule -> the closest releases of the files it paired (oldest first).")
+    by_rule: dict[str, list[str]] = Field(
+        description="Pairing rule -> the closest releases of the files it paired (oldest first)."
+    )
     lagging: list[str] = Field(description="Files whose closest release is older than `newest`.")
 
 
@@ -180,19 +199,33 @@ class MatrixEntry(BaseModel):
     """A baseline row audit_commits imports: keyed by (local, symbol); the shape is stable."""
 
     local: str = Field(description="Plugin path.")
-    symbol: str = Field(description="Top-level name or Class.method (local names; upstream-only symbols by upstream name), "
-                        "import:<name> for an import swap, * for the whole file.")
+    symbol: str = Field(
+        description="Top-level name or Class.method (local names; upstream-only symbols by upstream name), "
+        "import:<name> for an import swap, * for the whole file."
+    )
     upstream: str | None = Field(description="Upstream path at the target.")
     upstream_symbol: str | None
     change: Literal[
-        "added", "removed", "changed", "renamed", "subclass", "import_swap", "identical_file", "removed_file", "identical_override"
+        "added",
+        "removed",
+        "changed",
+        "renamed",
+        "subclass",
+        "import_swap",
+        "identical_file",
+        "removed_file",
+        "identical_override",
     ]
     proposed_class: DiffClass = Field(description="A proposal, never a decision.")
     also: list[str] = Field(default_factory=list, description="Other classes whose rules also applied.")
-    upstream_changed: bool | None = Field(description="The target changed this symbol since the base release; null without releases.")
+    upstream_changed: bool | None = Field(
+        description="The target changed this symbol since the base release; null without releases."
+    )
     base: str | None = Field(description="The release the MACA edit was measured against; null: the target.")
     evidence: list[Evidence]
-    leads: list[str] = Field(default_factory=list, description="Comments on the differing lines: leads to read, never proof.")
+    leads: list[str] = Field(
+        default_factory=list, description="Comments on the differing lines: leads to read, never proof."
+    )
     rationale: str
 
 
@@ -202,13 +235,23 @@ class DiffModelOutput(ToolOutput):
     pairs: list[PairResult] = Field(default_factory=list)
     total: int = Field(default=0, description="Pairs in all pages, or diff lines with detail=diff.")
     next_cursor: str | None = None
-    counts: dict[str, int] = Field(default_factory=dict, description="Pairs per status over all pages, and target_only files.")
+    counts: dict[str, int] = Field(
+        default_factory=dict, description="Pairs per status over all pages, and target_only files."
+    )
     target_only: list[TargetOnly] = Field(default_factory=list, description="Not repeated with detail=diff.")
-    diff: list[str] = Field(default_factory=list, description="detail=diff: this page of the unified diff (upstream -> local).")
+    diff: list[str] = Field(
+        default_factory=list, description="detail=diff: this page of the unified diff (upstream -> local)."
+    )
     releases: list[ReleaseInfo] = Field(default_factory=list, description="The releases compared, oldest first.")
-    families: list[FamilyRelease] = Field(default_factory=list, description="With releases: the closest releases per local family.")
-    matrix: list[MatrixEntry] = Field(default_factory=list, description="detail=matrix: this page of rows, sorted by (local, symbol).")
-    matrix_counts: dict[str, int] = Field(default_factory=dict, description="detail=matrix: rows per proposed class over all pages.")
+    families: list[FamilyRelease] = Field(
+        default_factory=list, description="With releases: the closest releases per local family."
+    )
+    matrix: list[MatrixEntry] = Field(
+        default_factory=list, description="detail=matrix: this page of rows, sorted by (local, symbol)."
+    )
+    matrix_counts: dict[str, int] = Field(
+        default_factory=dict, description="detail=matrix: rows per proposed class over all pages."
+    )
     parse_errors: list[str] = Field(default_factory=list)
     unknowns: list[str] = Field(default_factory=list)
     modules_indexed: int = 0
@@ -221,7 +264,9 @@ def _overrides(raw: dict[str, str | None], local_files: list[str]) -> dict[str, 
     for local, upstream in raw.items():
         path = clean_path(local)
         if path not in local_files:
-            raise bad_input(f"mapping_overrides names {local}, which is not a Python file under paths; use a path from a summary call.")
+            raise bad_input(
+                f"mapping_overrides names {local}, which is not a Python file under paths; use a path from a summary call."
+            )
         checked[path] = clean_path(upstream) if upstream else None
     return checked
 
@@ -258,7 +303,9 @@ class _Describer:
         sides = [("local", self.trees.local_modules.get(pair.local))]
         if pair.upstream and pair.upstream in self.trees.upstream_files:
             sides.append(("upstream", self.trees.upstream_modules.get(pair.upstream)))
-        problems = [f"{side}: {module.record.error}" for side, module in sides if module is not None and module.record.error]
+        problems = [
+            f"{side}: {module.record.error}" for side, module in sides if module is not None and module.record.error
+        ]
         return "; ".join(problems) or None
 
     def describe(self, pair: Pair, symbols: bool) -> PairResult:
@@ -306,7 +353,9 @@ class _Describer:
 
     def diff_lines(self, pair: Pair) -> list[str]:
         if pair.upstream is None or pair.status not in (Status.CHANGED, Status.IDENTICAL):
-            raise bad_input(f"{pair.local} has no counterpart at the target (status {pair.status.value}): there is nothing to diff.")
+            raise bad_input(
+                f"{pair.local} has no counterpart at the target (status {pair.status.value}): there is nothing to diff."
+            )
         upstream_text, local_text = self._texts(pair)
         return unified_diff(upstream_text, local_text, pair.upstream, pair.local)
 
@@ -316,7 +365,9 @@ def _find(pairs: list[Pair], file: str) -> Pair:
     for pair in pairs:
         if path in (pair.local, pair.upstream):
             return pair
-    raise not_found(f"{file} is neither a compared plugin file nor a paired upstream file; list the pairs with detail=summary.")
+    raise not_found(
+        f"{file} is neither a compared plugin file nor a paired upstream file; list the pairs with detail=summary."
+    )
 
 
 def _target_label(upstream: Subject, target: str | None, commit: str | None) -> str:
@@ -334,8 +385,16 @@ def _check_detail(args: DiffModelInput) -> None:
         raise bad_input("detail=releases needs releases: upstream tags (oldest first) or release directories.")
 
 
-def _releases(args: DiffModelInput, env: ToolEnv, plugin: Subject, upstream: Subject, inputs: PairingInputs,
-              cache: RecordCache, stats: StatsCache, pairs: list[Pair]) -> tuple[list[Release], dict[str, FileReleases]]:
+def _releases(
+    args: DiffModelInput,
+    env: ToolEnv,
+    plugin: Subject,
+    upstream: Subject,
+    inputs: PairingInputs,
+    cache: RecordCache,
+    stats: StatsCache,
+    pairs: list[Pair],
+) -> tuple[list[Release], dict[str, FileReleases]]:
     """The releases asked for and each file's distance to them (the target's pairs reused where it is one)."""
     if not args.releases:
         return [], {}
@@ -356,20 +415,36 @@ NO_RELEASES = (
 )
 
 
-def _matrix_page(args: DiffModelInput, output: DiffModelOutput, trees: Trees, pairs: list[Pair], cache: RecordCache,
-                 closest: dict[str, FileReleases], releases: list[Release], fingerprint: str) -> Page[MatrixRow]:
+def _matrix_page(
+    args: DiffModelInput,
+    output: DiffModelOutput,
+    trees: Trees,
+    pairs: list[Pair],
+    cache: RecordCache,
+    closest: dict[str, FileReleases],
+    releases: list[Release],
+    fingerprint: str,
+) -> Page[MatrixRow]:
     """detail=matrix: the rows (of `file` only, when given), paged, with counts per class and the gaps met."""
     only = {_find(pairs, args.file).local} if args.file else None
     rows, gaps = difference_matrix(trees, pairs, plugin_facts(trees.local), cache, closest, releases, only)
-    page = paginate(rows, cursor=args.cursor, limit=args.limit, fingerprint=fingerprint,
-                    default_limit=DEFAULT_LIMITS["matrix"], max_limit=MAX_ROWS)
+    page = paginate(
+        rows,
+        cursor=args.cursor,
+        limit=args.limit,
+        fingerprint=fingerprint,
+        default_limit=DEFAULT_LIMITS["matrix"],
+        max_limit=MAX_ROWS,
+    )
     output.matrix = [_matrix_entry(r) for r in page.items]
     output.matrix_counts = dict(sorted(Counter(r.proposed_class.value for r in rows).items()))
     output.unknowns += ([] if releases else [NO_RELEASES]) + gaps
     return page
 
 
-def _add_releases(output: DiffModelOutput, pairs: list[Pair], closest: dict[str, FileReleases], labels: list[str]) -> None:
+def _add_releases(
+    output: DiffModelOutput, pairs: list[Pair], closest: dict[str, FileReleases], labels: list[str]
+) -> None:
     """Closest release and per-release counts on the listed pairs; the family summaries."""
     rules = {p.local: p.rule.value for p in pairs}
     output.families = [FamilyRelease(**vars(f)) for f in family_summaries(closest, rules, labels)]
@@ -417,7 +492,9 @@ def diff_model(args: DiffModelInput, env: ToolEnv) -> DiffModelOutput:
     upstream, mapping = open_upstream(args, env, repo)
     local_files = sorted({p for prefix in prefixes for p in plugin.list(prefix) if p.endswith(".py")})
     if not local_files:
-        raise not_found(f"No Python files under {', '.join(args.paths)} in the {plugin.label} subject; pass paths such as vllm_metax/models/.")
+        raise not_found(
+            f"No Python files under {', '.join(args.paths)} in the {plugin.label} subject; pass paths such as vllm_metax/models/."
+        )
     overrides = _overrides(args.mapping_overrides, local_files)
     inputs = PairingInputs(local_files, prefixes, overrides, _registrations(plugin, prefixes))
     cache, stats = RecordCache(env.store), StatsCache(env.store)
@@ -435,14 +512,26 @@ def diff_model(args: DiffModelInput, env: ToolEnv) -> DiffModelOutput:
     page: Page[Any]
     if args.detail == "diff":
         pair = _find(pairing.pairs, args.file or "")
-        page = paginate(describer.diff_lines(pair), cursor=args.cursor, limit=args.limit, fingerprint=fingerprint,
-                        default_limit=DEFAULT_LIMITS["diff"], max_limit=MAX_DIFF_LINES)
+        page = paginate(
+            describer.diff_lines(pair),
+            cursor=args.cursor,
+            limit=args.limit,
+            fingerprint=fingerprint,
+            default_limit=DEFAULT_LIMITS["diff"],
+            max_limit=MAX_DIFF_LINES,
+        )
         output.pairs, output.diff = [describer.describe(pair, symbols=True)], page.items
     elif args.detail == "matrix":
         page = _matrix_page(args, output, trees, pairing.pairs, cache, closest, releases, fingerprint)
     else:
-        page = paginate(pairing.pairs, cursor=args.cursor, limit=args.limit, fingerprint=fingerprint,
-                        default_limit=DEFAULT_LIMITS[args.detail], max_limit=MAX_PAIRS)
+        page = paginate(
+            pairing.pairs,
+            cursor=args.cursor,
+            limit=args.limit,
+            fingerprint=fingerprint,
+            default_limit=DEFAULT_LIMITS[args.detail],
+            max_limit=MAX_PAIRS,
+        )
         output.pairs = [describer.describe(p, symbols=args.detail == "symbols") for p in page.items]
         output.target_only = [TargetOnly(**vars(t)) for t in pairing.target_only]
     if releases:

@@ -7,7 +7,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from ..core.environment import (
+from ..core.foundation.errors import ErrorCode, ToolFailure, bad_input
+from ..core.foundation.policy import Effect
+from ..core.sources.environment import (
     UpstreamMapping,
     carry_confirmation,
     check_interpreter,
@@ -21,11 +23,9 @@ from ..core.environment import (
     runtime_source,
     save_record,
 )
-from ..core.errors import ErrorCode, ToolFailure, bad_input
-from ..core.policy import Effect
-from ..core.subjects import SubjectKind
-from .base import ToolEnv, ToolOutput, ToolSpec
-from .common import SubjectArgs, open_plugin_repo, open_plugin_subject
+from ..core.sources.subjects import SubjectKind
+from .arguments import SubjectArgs, open_plugin_repo, open_plugin_subject
+from .spec import ToolEnv, ToolOutput, ToolSpec
 
 
 class EnvironmentInput(SubjectArgs):
@@ -33,7 +33,9 @@ class EnvironmentInput(SubjectArgs):
         default="show",
         description="show the record; establish (probe and record) it; confirm the recorded upstream and target.",
     )
-    upstream: str | None = Field(default=None, description="Upstream vLLM: a git repository (with target) or a source directory.")
+    upstream: str | None = Field(
+        default=None, description="Upstream vLLM: a git repository (with target) or a source directory."
+    )
     target: str | None = Field(default=None, description="Upstream revision to upgrade to (git upstream only).")
     python: str | None = Field(
         default=None,
@@ -61,10 +63,14 @@ class Plugin(BaseModel):
 class EnvironmentOutput(ToolOutput):
     action: str
     record_exists: bool = False
-    record_id: str | None = Field(default=None, description="Read the full record as resource vllm-metax://environments/{record_id}.")
+    record_id: str | None = Field(
+        default=None, description="Read the full record as resource vllm-metax://environments/{record_id}."
+    )
     subject: str | None = None
     subject_tree_hash: str | None = None
-    subject_drifted: bool | None = Field(default=None, description="True when the subject changed since the record was made.")
+    subject_drifted: bool | None = Field(
+        default=None, description="True when the subject changed since the record was made."
+    )
     upstream: dict[str, Any] | None = None
     python: str | None = None
     python_accepted: Literal["operator", "server_interpreter", "path_default", "inside_roots"] | None = Field(
@@ -107,7 +113,10 @@ def _output(action: str, record: dict[str, Any], drifted: bool | None = None) ->
         python=record["python"],
         python_accepted=(record.get("python_accepted") or {}).get("reason"),
         python_version=report.get("python", {}).get("version"),
-        modules={name: ModuleReport(**{k: m.get(k) for k in ("version", "origin", "error")}) for name, m in report.get("modules", {}).items()},
+        modules={
+            name: ModuleReport(**{k: m.get(k) for k in ("version", "origin", "error")})
+            for name, m in report.get("modules", {}).items()
+        },
         distributions=report.get("distributions", []),
         platform_plugins=plugins.get("vllm.platform_plugins", []),
         general_plugins=plugins.get("vllm.general_plugins", []),
@@ -132,7 +141,10 @@ def _establish(args: EnvironmentInput, env: ToolEnv) -> EnvironmentOutput:
     package_dir = runtime_package_dir(report)
     site_dirs = report.get("python", {}).get("site_dirs", [])
     subject = open_plugin_subject(
-        args, env, repo, record={"runtime_package_dir": str(package_dir) if package_dir else None, "site_dirs": site_dirs}
+        args,
+        env,
+        repo,
+        record={"runtime_package_dir": str(package_dir) if package_dir else None, "site_dirs": site_dirs},
     )
     previous = load_record(env.store, repo)
     record = {
@@ -162,7 +174,9 @@ def _recorded(args: EnvironmentInput, env: ToolEnv) -> tuple[Any, dict[str, Any]
     repo = open_plugin_repo(args, env)
     record = load_record(env.store, repo) if repo else None
     if record is None:
-        raise ToolFailure(ErrorCode.NOT_FOUND, "No environment record for this repository: call action=establish first.")
+        raise ToolFailure(
+            ErrorCode.NOT_FOUND, "No environment record for this repository: call action=establish first."
+        )
     return repo, record
 
 
@@ -219,7 +233,11 @@ def _show(args: EnvironmentInput, env: ToolEnv) -> EnvironmentOutput:
         )
     for site in record.get("site_dirs", []):
         env.policy.allow_read(site)
-    current = open_plugin_subject(args.model_copy(update={"subject": SubjectKind(record["subject_kind"]), "revision": record.get("revision")}), env, repo)
+    current = open_plugin_subject(
+        args.model_copy(update={"subject": SubjectKind(record["subject_kind"]), "revision": record.get("revision")}),
+        env,
+        repo,
+    )
     return _output("show", record, drifted=current.tree_hash() != record["subject_tree_hash"])
 
 

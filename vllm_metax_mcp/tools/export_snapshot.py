@@ -6,11 +6,11 @@ import json
 
 from pydantic import Field
 
-from ..core.atomic import EXPORT_MARKER, staged_directory
-from ..core.errors import bad_input
-from ..core.policy import Effect
-from .base import ToolEnv, ToolOutput, ToolSpec
-from .common import SubjectArgs, open_plugin_repo, open_plugin_subject
+from ..core.foundation.atomic import EXPORT_MARKER, staged_directory
+from ..core.foundation.errors import bad_input
+from ..core.foundation.policy import Effect
+from .arguments import SubjectArgs, open_plugin_repo, open_plugin_subject
+from .spec import ToolEnv, ToolOutput, ToolSpec
 
 
 class ExportInput(SubjectArgs):
@@ -56,9 +56,17 @@ def export_snapshot(args: ExportInput, env: ToolEnv) -> ExportOutput:
         count = subject.export(staging, args.prefix)
         marker = staging / EXPORT_MARKER
         if marker.exists():
-            raise bad_input(f"the subject holds a file named {EXPORT_MARKER}, the name of this server's export marker; export a prefix without it.")
-        document = {"format": "vllm-metax-mcp/export/1", "tool": "export_snapshot", "subject": subject.label,
-                    "tree_hash": tree_hash, "prefix": args.prefix, "files": count}
+            raise bad_input(
+                f"the subject holds a file named {EXPORT_MARKER}, the name of this server's export marker; export a prefix without it."
+            )
+        document = {
+            "format": "vllm-metax-mcp/export/1",
+            "tool": "export_snapshot",
+            "subject": subject.label,
+            "tree_hash": tree_hash,
+            "prefix": args.prefix,
+            "files": count,
+        }
         marker.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     return ExportOutput(subject=subject.label, tree_hash=tree_hash, files=count, output=args.output)
 

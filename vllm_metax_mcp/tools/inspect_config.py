@@ -12,40 +12,40 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from ..core.checkpoint import (
-    CheckpointReport,
-    ordered_findings,
-)
-from ..core.construct import (
+from ..core.checkpoint.construct import (
     ConstructedView,
     ConstructRequest,
     constructed_findings,
     run_construct,
     view,
 )
-from ..core.consumers import (
+from ..core.checkpoint.consumers import (
     SourceTree,
     directory_tree,
     find_consumers,
     subject_tree,
 )
-from ..core.environment import check_interpreter, load_record
-from ..core.errors import ErrorCode, ToolFailure, bad_input
-from ..core.git import Repository, open_repository
-from ..core.hfconfig import (
+from ..core.checkpoint.cross_check import (
+    CheckpointReport,
+    ordered_findings,
+)
+from ..core.checkpoint.id_bases import cross_check_with_bases
+from ..core.checkpoint.layout import (
     Layout,
     analyse,
     id_list_gaps,
     load_config,
 )
-from ..core.hub import ModelLocation, locate_model
-from ..core.idbases import cross_check_with_bases
-from ..core.policy import Effect, Mode
-from ..core.results import canonical, inputs_fingerprint, paginate
-from ..core.safetensors_index import CheckpointFiles, scan_checkpoint
-from ..core.subjects import RevisionSubject, SubjectKind
-from .base import ToolEnv, ToolOutput, ToolSpec
-from .common import SubjectArgs, open_plugin_repo, open_plugin_subject
+from ..core.checkpoint.safetensors_headers import CheckpointFiles, scan_checkpoint
+from ..core.foundation.errors import ErrorCode, ToolFailure, bad_input
+from ..core.foundation.policy import Effect, Mode
+from ..core.foundation.results import canonical, inputs_fingerprint, paginate
+from ..core.sources.environment import check_interpreter, load_record
+from ..core.sources.git import Repository, open_repository
+from ..core.sources.hub import ModelLocation, locate_model
+from ..core.sources.subjects import RevisionSubject, SubjectKind
+from .arguments import SubjectArgs, open_plugin_repo, open_plugin_subject
+from .spec import ToolEnv, ToolOutput, ToolSpec
 
 LAYERS_DEFAULT, LAYERS_MAX = 128, 2048
 DIFFERENCES_DEFAULT, DIFFERENCES_MAX = 25, 1000
@@ -68,16 +68,25 @@ class InspectConfigInput(SubjectArgs):
     model: str = Field(
         description="Checkpoint directory (relative to the first --root), or a Hugging Face repo id read from the local cache."
     )
-    model_revision: str | None = Field(default=None, description="Branch, tag or commit of a repo id (local cache only).")
+    model_revision: str | None = Field(
+        default=None, description="Branch, tag or commit of a repo id (local cache only)."
+    )
     hf_overrides: dict[str, Any] = Field(
-        default_factory=dict, description="As vllm serve --hf-overrides: flat keys update the config, dict values merge."
+        default_factory=dict,
+        description="As vllm serve --hf-overrides: flat keys update the config, dict values merge.",
     )
     speculative: str | None = Field(
-        default=None, pattern=r"^[a-z0-9_\-]{1,40}$", description="Speculative method to build the draft config for (e.g. mtp)."
+        default=None,
+        pattern=r"^[a-z0-9_\-]{1,40}$",
+        description="Speculative method to build the draft config for (e.g. mtp).",
     )
     num_speculative_tokens: int = Field(default=1, ge=1, le=16)
-    construct: bool = Field(default=True, description="Build the config in the target interpreter (vLLM and transformers).")
-    trust_remote_code: bool = Field(default=False, description="Allow the checkpoint's auto_map code to run during construction.")
+    construct: bool = Field(
+        default=True, description="Build the config in the target interpreter (vLLM and transformers)."
+    )
+    trust_remote_code: bool = Field(
+        default=False, description="Allow the checkpoint's auto_map code to run during construction."
+    )
     python: str | None = Field(
         default=None, description="Interpreter for the construction instead of the record's (edit mode only)."
     )
@@ -191,7 +200,9 @@ class QuantizationOut(BaseModel):
 
 
 class CheckpointOut(BaseModel):
-    findings: list[Finding] = Field(default_factory=list, description="Disagreements between config, index and shard headers.")
+    findings: list[Finding] = Field(
+        default_factory=list, description="Disagreements between config, index and shard headers."
+    )
     index_file: str | None = None
     shards: int = 0
     shards_read: int = 0
@@ -202,7 +213,9 @@ class CheckpointOut(BaseModel):
     mtp_layers_found: int = 0
     mtp_weights_present: bool | None = None
     dtypes_by_part: dict[str, dict[str, int]] = Field(default_factory=dict)
-    ranks: list[int] = Field(default_factory=list, description="Rank numbers in shard names: a pre-partitioned checkpoint.")
+    ranks: list[int] = Field(
+        default_factory=list, description="Rank numbers in shard names: a pre-partitioned checkpoint."
+    )
 
 
 class PluginOut(BaseModel):
@@ -258,10 +271,13 @@ class InspectConfigOutput(ToolOutput):
     )
     model: str = ""
     backbone_layers: int | None = None
-    mtp_layers: int | None = Field(default=None, description="Declared MTP/draft layers; null when the config has no MTP key.")
+    mtp_layers: int | None = Field(
+        default=None, description="Declared MTP/draft layers; null when the config has no MTP key."
+    )
     mtp_key: str | None = None
     mtp_naming: str | None = Field(
-        default=None, description="How the checkpoint names MTP layers (model.layers.{L+i}, mtp.{i}, ...); null without tensors."
+        default=None,
+        description="How the checkpoint names MTP layers (model.layers.{L+i}, mtp.{i}, ...); null without tensors.",
     )
     submodels: list[Submodel] = Field(default_factory=list)
     layers: list[LayerRow] = Field(default_factory=list)
@@ -306,7 +322,9 @@ def _target(args: InspectConfigInput, env: ToolEnv) -> _Target:
         try:
             target.python = check_interpreter(target.record["python"], env.policy, env.interpreters, "record").path
         except ToolFailure as failure:
-            target.gaps.append(f"The recorded interpreter cannot run ({failure.message}); run environment action=establish again.")
+            target.gaps.append(
+                f"The recorded interpreter cannot run ({failure.message}); run environment action=establish again."
+            )
     return target
 
 
@@ -327,7 +345,11 @@ def _construct(
 ) -> tuple[ConstructedView | None, str | None, list[str]]:
     gaps: list[str] = []
     if not args.construct:
-        return None, None, ["Construction not requested (construct=false): the config class vLLM loads is not verified."]
+        return (
+            None,
+            None,
+            ["Construction not requested (construct=false): the config class vLLM loads is not verified."],
+        )
     if target.python is None:
         return (
             None,
@@ -338,10 +360,14 @@ def _construct(
             ],
         )
     speculative = (
-        {"method": args.speculative, "num_speculative_tokens": args.num_speculative_tokens} if args.speculative else None
+        {"method": args.speculative, "num_speculative_tokens": args.num_speculative_tokens}
+        if args.speculative
+        else None
     )
     try:
-        env.policy.readable_entries(location.path)  # the target interpreter reads the directory; links are not followed for it
+        env.policy.readable_entries(
+            location.path
+        )  # the target interpreter reads the directory; links are not followed for it
     except ToolFailure as failure:
         return None, None, [f"Construction not run: {failure.message}"]
     request = ConstructRequest(location.path, args.trust_remote_code, args.hf_overrides, speculative)
@@ -474,7 +500,9 @@ def _checkpoint(report: CheckpointReport) -> CheckpointOut:
     )
 
 
-def _constructed(built: ConstructedView, probe_id: str | None, differences: list[DifferenceOut], total: int) -> ConstructedOut:
+def _constructed(
+    built: ConstructedView, probe_id: str | None, differences: list[DifferenceOut], total: int
+) -> ConstructedOut:
     return ConstructedOut(
         status=built.status,
         config_class=built.config_class,
@@ -509,11 +537,15 @@ def _checkpoint_gaps(files: CheckpointFiles | None) -> list[str]:
             "No safetensors index or shards in the model directory: layer ids with weights, MTP naming and dtypes are unverified."
         ]
     if files.missing_shards and len(files.missing_shards) == len(files.shard_names):
-        return ["Only the index is present (no shard files): names come from its weight_map; dtypes and shapes are unknown."]
+        return [
+            "Only the index is present (no shard files): names come from its weight_map; dtypes and shapes are unknown."
+        ]
     return []
 
 
-def _code_trees(args: InspectConfigInput, env: ToolEnv, target: _Target, needed: bool) -> tuple[list[SourceTree], list[str]]:
+def _code_trees(
+    args: InspectConfigInput, env: ToolEnv, target: _Target, needed: bool
+) -> tuple[list[SourceTree], list[str]]:
     if not needed:
         return [], []
     if not target.record:
@@ -530,7 +562,9 @@ class _Pages:
     gaps: list[str]
 
 
-def _pages(args: InspectConfigInput, rows: list[LayerRow], built: ConstructedView | None, probe_id: str | None) -> _Pages:
+def _pages(
+    args: InspectConfigInput, rows: list[LayerRow], built: ConstructedView | None, probe_id: str | None
+) -> _Pages:
     """`page` names the list cursor and limit apply to; the other list shows its first page."""
     fingerprint = inputs_fingerprint("inspect_config", args.model_dump(mode="json"))
 
@@ -549,7 +583,9 @@ def _pages(args: InspectConfigInput, rows: list[LayerRow], built: ConstructedVie
     result = _Pages(layers.items, layers.total, None, layers.next_cursor if args.page == "layers" else None, [])
     if built is None:
         return result
-    differences = page([DifferenceOut(**vars(d)) for d in built.differences], "differences", DIFFERENCES_DEFAULT, DIFFERENCES_MAX)
+    differences = page(
+        [DifferenceOut(**vars(d)) for d in built.differences], "differences", DIFFERENCES_DEFAULT, DIFFERENCES_MAX
+    )
     result.constructed = _constructed(built, probe_id, differences.items, differences.total)
     if args.page == "differences":
         result.next_cursor = differences.next_cursor
@@ -601,7 +637,8 @@ def inspect_config(args: InspectConfigInput, env: ToolEnv) -> InspectConfigOutpu
         layers_total=pages.layers_total,
         arrays=[ArrayOut(name=a.name, length=a.length, covers=a.covers, distinct=a.distinct) for a in layout.arrays],
         id_lists=[
-            IdListOut(name=i.name, ids=i.ids, base=i.base, evidence=i.evidence, meaning=i.meaning) for i in layout.id_lists
+            IdListOut(name=i.name, ids=i.ids, base=i.base, evidence=i.evidence, meaning=i.meaning)
+            for i in layout.id_lists
         ],
         rules=[RuleOut(**vars(r)) for r in layout.rules],
         quantization=_quantization(layout, report),

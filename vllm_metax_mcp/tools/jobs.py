@@ -6,10 +6,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from ..core.errors import bad_input
-from ..core.policy import Effect
-from ..core.results import inputs_fingerprint, paginate, record_result
-from .base import JobInfo, ToolEnv, ToolOutput, ToolSpec
+from ..core.foundation.errors import bad_input
+from ..core.foundation.policy import Effect
+from ..core.foundation.results import inputs_fingerprint, paginate, record_result
+from .spec import JobInfo, ToolEnv, ToolOutput, ToolSpec
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
@@ -21,7 +21,9 @@ class JobsInput(BaseModel):
     )
     job_id: str | None = Field(default=None, description="Required for status, result and cancel.")
     cursor: str | None = None
-    limit: int | None = Field(default=None, description=f"Page size for list (default {DEFAULT_LIMIT}, max {MAX_LIMIT}).")
+    limit: int | None = Field(
+        default=None, description=f"Page size for list (default {DEFAULT_LIMIT}, max {MAX_LIMIT})."
+    )
 
 
 class JobDetail(JobInfo):

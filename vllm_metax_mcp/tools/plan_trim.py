@@ -7,18 +7,18 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from ..core.consumers import SourceTree, find_consumers
-from ..core.errors import ToolFailure
-from ..core.hfconfig import compact_ids
-from ..core.hub import ModelLocation
-from ..core.policy import Effect, Policy, is_within
-from ..core.subjects import SubjectKind
-from ..core.trim import Plan, Source, TrimRequest, make_plan
-from ..core.trim_output import related_examples
-from ..core.trimbudget import Parallel
-from .base import ToolEnv, ToolOutput, ToolSpec
-from .common import SubjectArgs
+from ..core.checkpoint.consumers import SourceTree, find_consumers
+from ..core.checkpoint.layout import compact_ids
+from ..core.foundation.errors import ToolFailure
+from ..core.foundation.policy import Effect, Policy, is_within
+from ..core.sources.hub import ModelLocation
+from ..core.sources.subjects import SubjectKind
+from ..core.trim.assets import related_examples
+from ..core.trim.budget import Parallel
+from ..core.trim.plan import Plan, Source, TrimRequest, make_plan
+from .arguments import SubjectArgs
 from .inspect_config import CheckpointEvidence, Finding, checkpoint_evidence
+from .spec import ToolEnv, ToolOutput, ToolSpec
 
 READERS_PER_FIELD = 3
 EXAMPLES_DIR = "tools/batched_test/models"
@@ -33,7 +33,9 @@ class PlanTrimInput(SubjectArgs):
     model: str = Field(
         description="Source checkpoint directory (relative to the first --root), or a Hugging Face repo id from the local cache."
     )
-    model_revision: str | None = Field(default=None, description="Branch, tag or commit of a repo id (local cache only).")
+    model_revision: str | None = Field(
+        default=None, description="Branch, tag or commit of a repo id (local cache only)."
+    )
     targets: list[str] = Field(
         default_factory=list,
         max_length=64,
@@ -41,7 +43,9 @@ class PlanTrimInput(SubjectArgs):
         "default: every distinct path of the decoder.",
     )
     layers: list[int] | None = Field(
-        default=None, max_length=4096, description="Keep exactly these backbone layers (original ids) instead of choosing."
+        default=None,
+        max_length=4096,
+        description="Keep exactly these backbone layers (original ids) instead of choosing.",
     )
     keep_mtp: int | None = Field(
         default=None,
@@ -50,15 +54,21 @@ class PlanTrimInput(SubjectArgs):
         description="MTP/draft layers to keep (the first N; true = 1, false = 0); default: all declared.",
     )
     allow_drop: list[str] = Field(
-        default_factory=list, max_length=64, description="Distinct paths the caller accepts losing (a refused plan names them)."
+        default_factory=list,
+        max_length=64,
+        description="Distinct paths the caller accepts losing (a refused plan names them).",
     )
     tp: int = Field(default=1, ge=1, le=1024)
     pp: int = Field(default=1, ge=1, le=256)
-    ep: int = Field(default=1, ge=1, le=4096, description="Expert-parallel size (vLLM: TP x DP with --enable-expert-parallel).")
+    ep: int = Field(
+        default=1, ge=1, le=4096, description="Expert-parallel size (vLLM: TP x DP with --enable-expert-parallel)."
+    )
     max_model_len: int | None = Field(
         default=None, ge=16, le=16 * 1024 * 1024, description="Context for the KV budget and the smoke cases."
     )
-    device_memory_gb: float | None = Field(default=None, gt=0, le=100_000, description="Memory of one device, for the fit check.")
+    device_memory_gb: float | None = Field(
+        default=None, gt=0, le=100_000, description="Memory of one device, for the fit check."
+    )
     allow_narrowing: bool = Field(
         default=False,
         description="Permit fewer routed experts when the kept layers' parameters alone do not fit (never narrower dimensions).",
@@ -108,10 +118,14 @@ class BudgetsOut(BaseModel):
     max_model_len: int
     stages: list[StageOut]
     device_bytes: int | None = None
-    usable_bytes: int | None = Field(default=None, description="0.9 of the device (vLLM's default gpu_memory_utilization).")
+    usable_bytes: int | None = Field(
+        default=None, description="0.9 of the device (vLLM's default gpu_memory_utilization)."
+    )
     fits: bool | None = None
     disk_bytes_dummy: int = Field(description="config, tokenizer and processor assets.")
-    disk_bytes_real: int = Field(description="The retained tensors of a real-weight trim, embeddings and lookup tables included.")
+    disk_bytes_real: int = Field(
+        description="The retained tensors of a real-weight trim, embeddings and lookup tables included."
+    )
     recommendations: list[str] = Field(default_factory=list, description="In order, when it does not fit.")
 
 
@@ -129,18 +143,24 @@ class PlanTrimOutput(ToolOutput):
     kept_layers: list[int] = Field(default_factory=list, description="Original ids of the retained backbone layers.")
     mtp_kept: list[int] = Field(default_factory=list, description="Original ids (L+i) of the retained MTP layers.")
     coverage: list[CoverageRow] = Field(default_factory=list)
-    layer_map: dict[int, int] = Field(default_factory=dict, description="Original layer id -> new id, MTP layers included.")
+    layer_map: dict[int, int] = Field(
+        default_factory=dict, description="Original layer id -> new id, MTP layers included."
+    )
     submodels: list[SubmodelOut] = Field(default_factory=list)
     uncovered: list[str] = Field(default_factory=list, description="Paths no longer covered, and why.")
     config_changes: list[ConfigChangeOut] = Field(default_factory=list)
     budgets: BudgetsOut | None = None
     parallel: list[str] = Field(default_factory=list, description="TP/EP notes on the retained dimensions.")
-    smoke_cases: list[str] = Field(default_factory=list, description="The cases a dummy trim writes: name (kind) -> covers.")
+    smoke_cases: list[str] = Field(
+        default_factory=list, description="The cases a dummy trim writes: name (kind) -> covers."
+    )
     examples: list[str] = Field(
         default_factory=list, description=f"Related trimmed-model examples in the plugin's {EXAMPLES_DIR}/."
     )
     notes: list[str] = Field(default_factory=list)
-    findings: list[Finding] = Field(default_factory=list, description="Config/checkpoint disagreements found on the way.")
+    findings: list[Finding] = Field(
+        default_factory=list, description="Config/checkpoint disagreements found on the way."
+    )
     evidence_gaps: list[str] = Field(default_factory=list)
 
 

@@ -19,18 +19,31 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..core.environment import check_interpreter, load_record
-from ..core.errors import ToolFailure, bad_input, not_found
-from ..core.git import open_repository
-from ..core.launch_rules import check_env, check_json_value, check_serve_args, lift_owned_args
-from ..core.policy import Effect
-from ..core.results import digest
-from ..core.safe_load import load_json_bounded
-from ..core.smoke import run_dir
-from ..core.smoke_cases import FILE_NAME, BatchedModel, ServeSettings, SmokeCase, default_cases, parse_cases, read_case_file
-from ..core.subjects import SubjectKind
-from .base import JobOutput, ToolEnv, ToolSpec
-from .common import SubjectArgs, open_plugin_subject
+from ..core.foundation.errors import ToolFailure, bad_input, not_found
+from ..core.foundation.policy import Effect
+from ..core.foundation.results import digest
+from ..core.foundation.safe_load import load_json_bounded
+from ..core.smoke.launch_rules import (
+    check_env,
+    check_json_value,
+    check_serve_args,
+    lift_owned_args,
+)
+from ..core.smoke.run import run_dir
+from ..core.sources.environment import check_interpreter, load_record
+from ..core.sources.git import open_repository
+from ..core.sources.subjects import SubjectKind
+from ..core.trim.cases import (
+    FILE_NAME,
+    BatchedModel,
+    ServeSettings,
+    SmokeCase,
+    default_cases,
+    parse_cases,
+    read_case_file,
+)
+from .arguments import SubjectArgs, open_plugin_subject
+from .spec import JobOutput, ToolEnv, ToolSpec
 
 LOAD_FORMATS = Literal["auto", "dummy", "safetensors", "pt", "fastsafetensors", "sharded_state", "npcache"]
 MANIFEST_NAME = "trim_manifest.json"
@@ -43,25 +56,42 @@ class SmokeInput(SubjectArgs):
         description="Model directory (config.json, tokenizer; weights unless load_format=dummy). May be omitted when "
         "cases is a tools/batched_test models file whose entry names the model.",
     )
-    load_format: LOAD_FORMATS | None = Field(default=None, description="vLLM --load-format; default: the case file's, else auto.")
+    load_format: LOAD_FORMATS | None = Field(
+        default=None, description="vLLM --load-format; default: the case file's, else auto."
+    )
     tp: int | None = Field(default=None, ge=1, le=64, description="Tensor parallel size (default 1).")
     pp: int | None = Field(default=None, ge=1, le=64, description="Pipeline parallel size (default 1).")
     dp: int | None = Field(default=None, ge=1, le=64, description="Data parallel size (default 1).")
-    ep: int | None = Field(default=None, ge=1, le=4096, description="Expert parallel size: 1, or tp*dp (vLLM's --enable-expert-parallel).")
+    ep: int | None = Field(
+        default=None, ge=1, le=4096, description="Expert parallel size: 1, or tp*dp (vLLM's --enable-expert-parallel)."
+    )
     max_model_len: int | None = Field(default=None, ge=16)
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
-    extra_args: list[str] = Field(default_factory=list, description="More serve options, e.g. ['--enforce-eager', '--dtype=float32'] (allow-listed).")
-    env: dict[str, str] = Field(default_factory=dict, description="Variables for the server (allow-listed; never LD_PRELOAD, PYTHONPATH, ...).")
+    extra_args: list[str] = Field(
+        default_factory=list,
+        description="More serve options, e.g. ['--enforce-eager', '--dtype=float32'] (allow-listed).",
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Variables for the server (allow-listed; never LD_PRELOAD, PYTHONPATH, ...)."
+    )
     cases: list[dict[str, Any]] | str | None = Field(
         default=None,
         description="Inline cases (smoke_cases format), or a file: a smoke_cases.yaml or a tools/batched_test models/cases "
         "YAML. Default: the model's smoke_cases.yaml if present, else one completion and one chat case.",
     )
-    batched_model: str | None = Field(default=None, description="The entry to run when cases is a batched_test models file.")
-    devices: list[int] | None = Field(default=None, description="Device ids to use (default: free ones, chosen by occupancy).")
-    trust_remote_code: bool = Field(default=False, description="Allow the model's own Python code (off unless turned on).")
+    batched_model: str | None = Field(
+        default=None, description="The entry to run when cases is a batched_test models file."
+    )
+    devices: list[int] | None = Field(
+        default=None, description="Device ids to use (default: free ones, chosen by occupancy)."
+    )
+    trust_remote_code: bool = Field(
+        default=False, description="Allow the model's own Python code (off unless turned on)."
+    )
     speculative_config: dict[str, Any] | None = Field(default=None, description="vLLM --speculative-config (e.g. MTP).")
-    ray_address: str | None = Field(default=None, description="A Ray cluster (auto or host:port): --distributed-executor-backend ray.")
+    ray_address: str | None = Field(
+        default=None, description="A Ray cluster (auto or host:port): --distributed-executor-backend ray."
+    )
     plugin_repo: str | None = Field(  # type: ignore[assignment]
         default=None,
         description="The vLLM-MetaX repository: its environment record supplies the interpreter, and it is the source "
@@ -73,7 +103,9 @@ class SmokeInput(SubjectArgs):
         "snapshot is exported and put first on PYTHONPATH, and the run proves the server imported it.",
     )
     timeout_s: int = Field(default=300, ge=30, le=3600, description="Deadline for the server to become healthy.")
-    python: str | None = Field(default=None, description="Interpreter override (edit mode only; default: the environment record's).")
+    python: str | None = Field(
+        default=None, description="Interpreter override (edit mode only; default: the environment record's)."
+    )
 
 
 class RequestResult(BaseModel):
@@ -112,14 +144,20 @@ class SmokeOutput(JobOutput):
     verdict: Literal["passed", "failed", "blocked"] | None = None
     reasons: list[str] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
-    command: list[str] = Field(default_factory=list, description="The exact argv launched (the wrapper runs the entry in-process).")
+    command: list[str] = Field(
+        default_factory=list, description="The exact argv launched (the wrapper runs the entry in-process)."
+    )
     equivalent_command: list[str] = Field(default_factory=list, description="The same server started by hand.")
-    entry: dict[str, str] | None = Field(default=None, description="how: 'vllm serve' or 'module'; module: the entry used.")
+    entry: dict[str, str] | None = Field(
+        default=None, description="how: 'vllm serve' or 'module'; module: the entry used."
+    )
     env_delta: dict[str, Any] = Field(default_factory=dict)
     devices: dict[str, Any] | None = None
     versions: dict[str, str | None] = Field(default_factory=dict)
     import_origins: dict[str, ModuleOrigin] = Field(default_factory=dict)
-    subject: dict[str, Any] | None = Field(default=None, description="The exported snapshot, its tree hash, and whether the server imported it.")
+    subject: dict[str, Any] | None = Field(
+        default=None, description="The exported snapshot, its tree hash, and whether the server imported it."
+    )
     startup_s: float | None = None
     requests: list[RequestResult] = Field(default_factory=list)
     requests_total: int = 0
@@ -181,7 +219,9 @@ def _check_cases(cases: list[SmokeCase], env: ToolEnv) -> list[dict[str, Any]]:
         body = case.model_dump(mode="json")
         if case.image and not case.image.startswith("data:"):
             if re.match(r"^[a-z]+://", case.image):
-                raise bad_input(f"case {case.name}: image {case.image!r} is a URL; pass a file under the roots (no network fetches).")
+                raise bad_input(
+                    f"case {case.name}: image {case.image!r} is a URL; pass a file under the roots (no network fetches)."
+                )
             image = env.policy.readable(case.image)
             if not image.is_file():
                 raise not_found(f"case {case.name}: image {env.policy.display(case.image)} does not exist.")
@@ -235,7 +275,11 @@ def run_smoke_test(args: SmokeInput, env: ToolEnv) -> Any:
     if isinstance(args.cases, list):
         cases, source = parse_cases(args.cases, "cases"), "inline"
     else:
-        case_path = env.policy.readable(args.cases) if args.cases else (model / FILE_NAME if model and (model / FILE_NAME).is_file() else None)
+        case_path = (
+            env.policy.readable(args.cases)
+            if args.cases
+            else (model / FILE_NAME if model and (model / FILE_NAME).is_file() else None)
+        )
         if case_path is None:
             cases, source = default_cases().cases, "default"
         else:
@@ -254,7 +298,9 @@ def run_smoke_test(args: SmokeInput, env: ToolEnv) -> Any:
                 if model is None and entry.path:
                     model = env.policy.readable(entry.path)
                 if owned.get("trust_remote_code") and not args.trust_remote_code:
-                    raise bad_input(f"{entry.name} asks for --trust-remote-code: pass trust_remote_code=true if you accept its code.")
+                    raise bad_input(
+                        f"{entry.name} asks for --trust-remote-code: pass trust_remote_code=true if you accept its code."
+                    )
     if args.batched_model and not source.startswith("batched_test_models"):
         raise bad_input("batched_model applies only when cases is a tools/batched_test models file.")
     if model is None:
@@ -293,8 +339,13 @@ def run_smoke_test(args: SmokeInput, env: ToolEnv) -> Any:
         export = directory / "snapshot"
         export.mkdir()
         count = subject.export(export)
-        subject_info = {"kind": args.subject.value, "label": subject.label, "tree_hash": subject.tree_hash(),
-                        "files": count, "export_dir": str(export)}
+        subject_info = {
+            "kind": args.subject.value,
+            "label": subject.label,
+            "tree_hash": subject.tree_hash(),
+            "files": count,
+            "export_dir": str(export),
+        }
     if (model / "config.json").read_text(errors="replace").find('"auto_map"') >= 0 and not args.trust_remote_code:
         notes.append("config.json has auto_map (remote code) and trust_remote_code is off: vLLM may refuse the model.")
     load_format = args.load_format or owned.get("load_format") or serve.load_format or "auto"
@@ -308,7 +359,10 @@ def run_smoke_test(args: SmokeInput, env: ToolEnv) -> Any:
         "load_format": load_format,
         "max_model_len": args.max_model_len or owned.get("max_model_len") or serve.max_model_len,
         "gpu_memory_utilization": args.gpu_memory_utilization or owned.get("gpu_memory_utilization"),
-        "tp": tp, "pp": pp, "dp": dp, "ep": ep,
+        "tp": tp,
+        "pp": pp,
+        "dp": dp,
+        "ep": ep,
         "extra_args": extra_args,
         "env": launch_env,
         "trust_remote_code": args.trust_remote_code,
@@ -324,7 +378,7 @@ def run_smoke_test(args: SmokeInput, env: ToolEnv) -> Any:
         "model_fingerprint": fingerprint,
         "notes": notes,
     }
-    return env.jobs.start(env.tool, "vllm_metax_mcp.core.smoke:run_job", plan)
+    return env.jobs.start(env.tool, "vllm_metax_mcp.core.smoke.run:run_job", plan)
 
 
 SPEC = ToolSpec(

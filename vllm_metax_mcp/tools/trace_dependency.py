@@ -6,22 +6,31 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from ..core.trace_checks import Findings, Model, check_path, owned_modules, probe_target
-from ..core.codebase import Codebase
-from ..core.environment import load_record
-from ..core.errors import bad_input, not_found
-from ..core.evidence import Evidence
-from ..core.overrides import find_overrides, override_facts
-from ..core.policy import Effect
-from ..core.pyindex import ModuleIndex, RecordCache
-from ..core.registration import Registration, plugin_registrations, upstream_registrations
-from ..core.results import inputs_fingerprint, paginate
-from ..core.revisions import upstream_history
-from ..core.subjects import RevisionSubject, Subject
-from ..core.trace import Row, Walk, consumers, walk_dependencies
-from .base import ToolEnv, ToolOutput, ToolSpec
-from ..core.ledger import ledger_id, load_ledger
-from .common import UpstreamArgs, open_plugin_repo, open_plugin_subject, open_upstream
+from ..core.audit.ledger import ledger_id, load_ledger
+from ..core.code.codebase import Codebase
+from ..core.code.module_index import ModuleIndex, RecordCache
+from ..core.code.overrides import find_overrides, override_facts
+from ..core.code.registration import (
+    Registration,
+    plugin_registrations,
+    upstream_registrations,
+)
+from ..core.foundation.errors import bad_input, not_found
+from ..core.foundation.evidence import Evidence
+from ..core.foundation.policy import Effect
+from ..core.foundation.results import inputs_fingerprint, paginate
+from ..core.sources.environment import load_record
+from ..core.sources.subjects import RevisionSubject, Subject
+from ..core.trace.checks import Findings, Model, check_path, owned_modules, probe_target
+from ..core.trace.revisions import upstream_history
+from ..core.trace.walk import Row, Walk, consumers, walk_dependencies
+from .arguments import (
+    UpstreamArgs,
+    open_plugin_repo,
+    open_plugin_subject,
+    open_upstream,
+)
+from .spec import ToolEnv, ToolOutput, ToolSpec
 
 DEFAULT_LIMIT = 30
 MAX_LIMIT = 1000
@@ -30,10 +39,14 @@ Section = Literal["inventory", "defects", "ops", "overrides", "patches", "kernel
 
 
 class TraceInput(UpstreamArgs):
-    arch: str | None = Field(default=None, description="Architecture name as in config.json, e.g. DeepseekV4ForCausalLM.")
+    arch: str | None = Field(
+        default=None, description="Architecture name as in config.json, e.g. DeepseekV4ForCausalLM."
+    )
     symbol: str | None = Field(default=None, description="module or module:Name — the start for direction=consumers.")
     direction: Literal["dependencies", "consumers"] = "dependencies"
-    base: str | None = Field(default=None, description="Upstream base revision: rows then carry upstream_delta (base -> target).")
+    base: str | None = Field(
+        default=None, description="Upstream base revision: rows then carry upstream_delta (base -> target)."
+    )
     depth: int = Field(default=4, ge=1, le=50, description="Import hops from the registered classes.")
     platform_answers: dict[str, bool] = Field(
         default_factory=dict,
@@ -47,7 +60,9 @@ class TraceInput(UpstreamArgs):
     follow_owned: bool = Field(
         default=False, description="Walk into modules owned by the patch, registry and attention-backend workflows too."
     )
-    probe_ops: bool = Field(default=True, description="Ask the target interpreter which torch.ops its binaries provide.")
+    probe_ops: bool = Field(
+        default=True, description="Ask the target interpreter which torch.ops its binaries provide."
+    )
     python: str | None = Field(
         default=None, description="Interpreter for the op probe (edit mode only); default: the environment record's."
     )
@@ -69,7 +84,9 @@ class InventoryRow(BaseModel):
     side: Literal["plugin", "upstream", "third_party", "binary", "stdlib", "missing"]
     reached_from: str | None
     guard: str | None = None
-    branch: str = Field(description="taken, conditional, lazy, or not_taken (another platform's branch: recorded, not followed).")
+    branch: str = Field(
+        description="taken, conditional, lazy, or not_taken (another platform's branch: recorded, not followed)."
+    )
     boundary: str | None = None
     depth: int
     upstream_counterpart: str | None = None
@@ -92,7 +109,14 @@ class Boundary(BaseModel):
 
 
 class DefectRow(BaseModel):
-    kind: Literal["unresolved_import", "breaks_at_target", "override_target_changed", "skipped_base_init", "signature_drift", "op_not_found"]
+    kind: Literal[
+        "unresolved_import",
+        "breaks_at_target",
+        "override_target_changed",
+        "skipped_base_init",
+        "signature_drift",
+        "op_not_found",
+    ]
     file: str
     line: int
     detail: str
@@ -104,14 +128,20 @@ class OpOut(BaseModel):
     op: str = Field(description="namespace.name as in torch.ops.<namespace>.<name>.")
     used_in: list[str] = Field(description="Up to three file:line uses on the path, plugin modules first.")
     registered_in: list[str] = Field(description="file:line (mechanism) of every source registration in either tree.")
-    installed: bool | None = Field(description="Whether the installed binaries provide it; null: not probed or undecidable (see unknowns).")
-    schemas: list[str] = Field(description="Installed schemas, one per overload (or, unprobed, those the sources declare).")
+    installed: bool | None = Field(
+        description="Whether the installed binaries provide it; null: not probed or undecidable (see unknowns)."
+    )
+    schemas: list[str] = Field(
+        description="Installed schemas, one per overload (or, unprobed, those the sources declare)."
+    )
     schema_from: Literal["installed", "source"] | None = None
 
 
 class TargetOut(BaseModel, from_attributes=True):
     symbol: str
-    exists: bool | None = Field(description="Whether the target still exists at the target revision (null: not comparable).")
+    exists: bool | None = Field(
+        description="Whether the target still exists at the target revision (null: not comparable)."
+    )
     changed: bool | None = Field(description="Changed between base and target (null without base).")
     file: str | None = None
     line: int | None = None
@@ -126,7 +156,9 @@ class OverrideOut(BaseModel, from_attributes=True):
     replaces: list[TargetOut]
     on_path: bool
     detail: str
-    bypassed_by: list[str] = Field(description="Plugin modules on the path that import the shadowed upstream module anyway.")
+    bypassed_by: list[str] = Field(
+        description="Plugin modules on the path that import the shadowed upstream module anyway."
+    )
 
 
 class PatchOut(BaseModel, from_attributes=True):
@@ -143,7 +175,9 @@ class KernelOut(BaseModel):
     file: str
     line: int
     decorators: list[str]
-    required: list[str] = Field(description="Parameters the target kernel requires (autotune/heuristics keys excluded).")
+    required: list[str] = Field(
+        description="Parameters the target kernel requires (autotune/heuristics keys excluded)."
+    )
     launched_from: list[str]
     missing: dict[str, list[str]] = Field(description="Launch site -> required parameters it binds no argument to.")
     gained: list[str] = Field(description="Parameters the target kernel has and the base kernel had not (with base).")
@@ -169,7 +203,9 @@ class TraceOutput(ToolOutput):
     inventory: list[InventoryRow] = Field(default_factory=list)
     total: int = 0
     next_cursor: str | None = None
-    inactive: list[str] = Field(default_factory=list, description="Plugin files of the model's package nothing reaches.")
+    inactive: list[str] = Field(
+        default_factory=list, description="Plugin files of the model's package nothing reaches."
+    )
     boundaries: list[Boundary] = Field(default_factory=list)
     unknowns: list[str] = Field(default_factory=list)
     parse_errors: list[str] = Field(default_factory=list)
@@ -196,7 +232,9 @@ def _build_index(plugin: Subject, upstream: Subject, cache: RecordCache) -> Modu
 
 
 def _plugin_packages(index: ModuleIndex) -> frozenset[str]:
-    return frozenset(m.name for m in index.modules.values() if m.side == "plugin" and "." not in m.name and m.is_package)
+    return frozenset(
+        m.name for m in index.modules.values() if m.side == "plugin" and "." not in m.name and m.is_package
+    )
 
 
 def _where(registration: Registration) -> str:
@@ -241,23 +279,31 @@ def _describe_difference(plugin_hashes: dict[str, str], upstream_hashes: dict[st
     return f"{len(changes)} definition(s) differ from upstream: {shown}"
 
 
-def _annotate(rows: list[Row], index: ModuleIndex, base_index: ModuleIndex | None, plugin_packages: frozenset[str]) -> None:
+def _annotate(
+    rows: list[Row], index: ModuleIndex, base_index: ModuleIndex | None, plugin_packages: frozenset[str]
+) -> None:
     for row in rows:
         module, _, symbol = row.name.partition(":")
         if row.side == "plugin":
             row.upstream_counterpart = _counterpart(row.name, index, plugin_packages)
             if row.upstream_counterpart:
                 row.metax_difference = _describe_difference(
-                    _definition_hashes(index, module), _definition_hashes(index, row.upstream_counterpart.split(":")[0]), symbol or None
+                    _definition_hashes(index, module),
+                    _definition_hashes(index, row.upstream_counterpart.split(":")[0]),
+                    symbol or None,
                 )
         upstream_module = module if row.side == "upstream" else (row.upstream_counterpart or "").split(":")[0]
         if base_index is not None and upstream_module:
             row.upstream_delta = _delta(
-                _definition_hashes(base_index, upstream_module), _definition_hashes(index, upstream_module), symbol or None
+                _definition_hashes(base_index, upstream_module),
+                _definition_hashes(index, upstream_module),
+                symbol or None,
             )
 
 
-def _entry(args: TraceInput, plugin: Subject, upstream: Subject) -> tuple[Entry, list[tuple[str, str | None]], list[str], Model]:
+def _entry(
+    args: TraceInput, plugin: Subject, upstream: Subject
+) -> tuple[Entry, list[tuple[str, str | None]], list[str], Model]:
     entry = Entry(arch=args.arch)
     starts: list[tuple[str, str | None]] = []
     unknowns: list[str] = []
@@ -267,21 +313,31 @@ def _entry(args: TraceInput, plugin: Subject, upstream: Subject) -> tuple[Entry,
         entry.plugin, entry.plugin_registration = f"{reg.module}:{reg.symbol}", _where(reg)
         starts.append((reg.module, reg.symbol))
         if len(local) > 1:
-            unknowns.append(f"{args.arch} is registered {len(local)} times in the plugin; the first ({_where(reg)}) was traced.")
+            unknowns.append(
+                f"{args.arch} is registered {len(local)} times in the plugin; the first ({_where(reg)}) was traced."
+            )
     else:
-        unknowns.append(f"No register_model call for {args.arch} in the plugin subject: only the upstream side was traced.")
+        unknowns.append(
+            f"No register_model call for {args.arch} in the plugin subject: only the upstream side was traced."
+        )
     remote = upstream_registrations(upstream, args.arch or "")
     if remote:
         reg = remote[0]
         entry.upstream, entry.upstream_registration = f"{reg.module}:{reg.symbol}", _where(reg)
         starts.append((reg.module, reg.symbol))
     else:
-        unknowns.append(f"{args.arch} is not in the upstream registry tables at the target: a new or removed architecture?")
+        unknowns.append(
+            f"{args.arch} is not in the upstream registry tables at the target: a new or removed architecture?"
+        )
     if not starts:
-        raise not_found(f"{args.arch} is registered neither in the plugin nor upstream; check the architecture name in config.json.")
+        raise not_found(
+            f"{args.arch} is registered neither in the plugin nor upstream; check the architecture name in config.json."
+        )
     model = Model(
-        local[0].module if local else None, local[0].path if local else None,
-        remote[0].module if remote else None, remote[0].path if remote else None,
+        local[0].module if local else None,
+        local[0].path if local else None,
+        remote[0].module if remote else None,
+        remote[0].path if remote else None,
         tuple((m, s) for m, s in starts if s),
     )
     return entry, starts, unknowns, model
@@ -315,23 +371,47 @@ def _section_rows(section: str, walk: Walk, findings: Findings) -> list[BaseMode
         return [DefectRow.model_validate(vars(d)) for d in findings.defects]
     if section == "ops":
         return [
-            OpOut(op=r.op, used_in=r.used_in[:3], registered_in=[f"{g.where} ({g.how})" for g in r.registered_in],
-                  installed=r.installed, schemas=r.schema, schema_from=r.schema_from)
+            OpOut(
+                op=r.op,
+                used_in=r.used_in[:3],
+                registered_in=[f"{g.where} ({g.how})" for g in r.registered_in],
+                installed=r.installed,
+                schemas=r.schema,
+                schema_from=r.schema_from,
+            )
             for r in findings.ops
         ]
     if section == "kernels":
         return [
-            KernelOut(kernel=k.kernel.symbol, file=k.file, line=k.line, decorators=k.decorators, required=k.required,
-                      launched_from=k.launched_from, missing=k.missing, gained=k.gained)
+            KernelOut(
+                kernel=k.kernel.symbol,
+                file=k.file,
+                line=k.line,
+                decorators=k.decorators,
+                required=k.required,
+                launched_from=k.launched_from,
+                missing=k.missing,
+                gained=k.gained,
+            )
             for k in findings.kernels
         ]
-    model = {"overrides": OverrideOut, "patches": PatchOut, "config_rewrites": ConfigRewriteOut, "weight_loading": WeightLoadingOut}[section]
+    model = {
+        "overrides": OverrideOut,
+        "patches": PatchOut,
+        "config_rewrites": ConfigRewriteOut,
+        "weight_loading": WeightLoadingOut,
+    }[section]
     return [model.model_validate(item) for item in getattr(findings, section)]
 
 
 def _counts(walk: Walk, findings: Findings) -> dict[str, int]:
     counts = {"inventory": len(walk.rows)}
-    counts.update({name: len(getattr(findings, name)) for name in ("defects", "ops", "overrides", "patches", "kernels", "config_rewrites", "weight_loading")})
+    counts.update(
+        {
+            name: len(getattr(findings, name))
+            for name in ("defects", "ops", "overrides", "patches", "kernels", "config_rewrites", "weight_loading")
+        }
+    )
     for defect in findings.defects:
         counts[f"defects.{defect.kind}"] = counts.get(f"defects.{defect.kind}", 0) + 1
     return counts
@@ -348,12 +428,18 @@ def _boundaries(walk: Walk, findings: Findings) -> list[Boundary]:
             boundaries.setdefault(package, Boundary(package=package, side=row.side, reason=row.boundary))
     if stdlib:
         shown = ", ".join(sorted(stdlib)[:8]) + (", …" if len(stdlib) > 8 else "")
-        boundaries["stdlib"] = Boundary(package="stdlib", side="stdlib", reason=f"standard library, {len(stdlib)} modules ({shown}): stable, not traced")
+        boundaries["stdlib"] = Boundary(
+            package="stdlib",
+            side="stdlib",
+            reason=f"standard library, {len(stdlib)} modules ({shown}): stable, not traced",
+        )
     notes = [
         Boundary(package=n.module, side="plugin", reason=n.reason, kind=n.kind, file=n.file, evidence=n.evidence)  # type: ignore[arg-type]
         for n in findings.boundaries
     ]
-    return sorted(boundaries.values(), key=lambda b: (b.side, b.package)) + sorted(notes, key=lambda b: (b.kind, b.package))
+    return sorted(boundaries.values(), key=lambda b: (b.side, b.package)) + sorted(
+        notes, key=lambda b: (b.kind, b.package)
+    )
 
 
 def trace_dependency(args: TraceInput, env: ToolEnv) -> TraceOutput:
@@ -402,7 +488,9 @@ def trace_dependency(args: TraceInput, env: ToolEnv) -> TraceOutput:
         history = None
         if isinstance(base_subject, RevisionSubject) and isinstance(upstream, RevisionSubject):
             history = upstream_history(upstream.repo, base_subject.commit, upstream.commit, cache)
-        probe = probe_target(args.python, env.policy, env.interpreters, load_record(env.store, repo) if repo else None, args.probe_ops)
+        probe = probe_target(
+            args.python, env.policy, env.interpreters, load_record(env.store, repo) if repo else None, args.probe_ops
+        )
         findings = check_path(env.store, code, walk, found, stop, model, base_index, history, plugin_packages, probe)
         output.unknowns += findings.unknowns
         output.probe_id = findings.probe_id

@@ -8,21 +8,39 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from ..core.atomic import scratch_prefix, staged_directory
-from ..core.config_rewrite import dump_config
-from ..core.errors import bad_input
-from ..core.extract_script import file_sha256
-from ..core.jobs import JobHandle
-from ..core.policy import Effect, Policy, is_within
-from ..core.safetensors_index import PREFERRED_INDEX
-from ..core.smoke_cases import FILE_NAME, dump_smoke_cases, write_smoke_cases
-from ..core.trim import Plan, Source, make_plan
-from ..core.trim_output import IMAGE_NAME, MANIFEST_NAME, STATEMENT, copy_assets, tiny_png
-from ..core.trim_real import check_disk, readable_source, refuse_narrowing, submodel_maps
-from ..core.weight_map import Layers, WeightMap, assign_shards, map_tensors
-from .base import JobInfo, ToolEnv, ToolSpec
+from ..core.checkpoint.safetensors_headers import PREFERRED_INDEX
+from ..core.foundation.atomic import scratch_prefix, staged_directory
+from ..core.foundation.errors import bad_input
+from ..core.foundation.jobs import JobHandle
+from ..core.foundation.policy import Effect, Policy, is_within
+from ..core.target.extract import file_sha256
+from ..core.trim.assets import (
+    IMAGE_NAME,
+    MANIFEST_NAME,
+    STATEMENT,
+    copy_assets,
+    tiny_png,
+)
+from ..core.trim.cases import FILE_NAME, dump_smoke_cases, write_smoke_cases
+from ..core.trim.config_rewrite import dump_config
+from ..core.trim.plan import Plan, Source, make_plan
+from ..core.trim.real import (
+    check_disk,
+    readable_source,
+    refuse_narrowing,
+    submodel_maps,
+)
+from ..core.trim.weight_map import Layers, WeightMap, assign_shards, map_tensors
 from .inspect_config import CheckpointEvidence
-from .plan_trim import PlanTrimInput, PlanTrimOutput, gather, plan_output, root_relative, trim_request
+from .plan_trim import (
+    PlanTrimInput,
+    PlanTrimOutput,
+    gather,
+    plan_output,
+    root_relative,
+    trim_request,
+)
+from .spec import JobInfo, ToolEnv, ToolSpec
 
 MANIFEST_FORMAT = "vllm-metax-mcp/trim-manifest/1"
 PLAN_FIELDS = {
@@ -40,7 +58,7 @@ PLAN_FIELDS = {
 HEADER_ALLOWANCE_BYTES = 256
 """Per tensor, for the output headers in the disk estimate."""
 EXAMPLES_SHOWN = 10
-REAL_TRIM_JOB = "vllm_metax_mcp.core.trim_real:run_job"
+REAL_TRIM_JOB = "vllm_metax_mcp.core.trim.real:run_job"
 
 
 class TrimModelInput(PlanTrimInput):
@@ -60,7 +78,9 @@ class TrimModelInput(PlanTrimInput):
         "not a read root, output root or protected path) — only once the new one is complete.",
     )
     max_shard_bytes: int = Field(
-        default=5_000_000_000, ge=1, description="real: the largest output shard (a bigger tensor gets a shard of its own)."
+        default=5_000_000_000,
+        ge=1,
+        description="real: the largest output shard (a bigger tensor gets a shard of its own).",
     )
     max_disk_bytes: int | None = Field(
         default=None,
@@ -100,7 +120,9 @@ class TrimModelOutput(PlanTrimOutput):
     load_validated: bool | None = Field(
         default=None, description="real: always false here; run validate_with (a non-dummy load) to validate it."
     )
-    validate_with: dict[str, Any] | None = Field(default=None, description="real: the run_smoke_test call that validates the load.")
+    validate_with: dict[str, Any] | None = Field(
+        default=None, description="real: the run_smoke_test call that validates the load."
+    )
     job: JobInfo | None = Field(
         default=None, description="real: set while the copy still runs; poll it with the jobs tool."
     )
@@ -128,9 +150,13 @@ def _source_hashes(plan: Plan, directory: Path, policy: Policy) -> dict[str, str
     return {name: file_sha256(policy.readable(directory / name)) for name in names}
 
 
-def _write_dummy(args: TrimModelInput, env: ToolEnv, source: Source, plan: Plan, planned: PlanTrimOutput, target: Path) -> TrimModelOutput:
+def _write_dummy(
+    args: TrimModelInput, env: ToolEnv, source: Source, plan: Plan, planned: PlanTrimOutput, target: Path
+) -> TrimModelOutput:
     source_hashes = _source_hashes(plan, source.directory, env.policy)
-    with staged_directory(target, replace=args.overwrite, shown=env.policy.display(args.output), policy=env.policy) as staging:
+    with staged_directory(
+        target, replace=args.overwrite, shown=env.policy.display(args.output), policy=env.policy
+    ) as staging:
         (staging / "config.json").write_bytes(dump_config(plan.config))
         written = {"config.json": file_sha256(staging / "config.json")}
         written |= copy_assets(source.directory, plan.assets.copy, staging, env.policy)
@@ -167,14 +193,19 @@ def _weights_out(weights: WeightMap, shards: dict[str, Any]) -> WeightsOut:
 
 def _validate_with(target: Path, env: ToolEnv, args: TrimModelInput) -> dict[str, Any]:
     inside = any(is_within(target, root) for root in env.policy.roots)
-    arguments: dict[str, Any] = {"model": root_relative(target, env.policy.roots) if inside else args.output,
-                                 "load_format": "safetensors"}
+    arguments: dict[str, Any] = {
+        "model": root_relative(target, env.policy.roots) if inside else args.output,
+        "load_format": "safetensors",
+    }
     if "plugin_repo" in args.model_fields_set:
         arguments["plugin_repo"] = args.plugin_repo
     note = "" if inside else " The output is outside the read roots: serve with it under --root to smoke-test it."
-    return {"tool": "run_smoke_test", "arguments": arguments,
-            "why": "a non-dummy load on a real vLLM server validates the checkpoint; its evidence records this manifest's "
-                   "sha256." + note}
+    return {
+        "tool": "run_smoke_test",
+        "arguments": arguments,
+        "why": "a non-dummy load on a real vLLM server validates the checkpoint; its evidence records this manifest's "
+        "sha256." + note,
+    }
 
 
 def real_trim_spec(
@@ -197,7 +228,11 @@ def real_trim_spec(
     plan.cases.serve.load_format = "safetensors"
     smoke_text = dump_smoke_cases(plan.cases)
     checkpoint = weights.nbytes + HEADER_ALLOWANCE_BYTES * len(weights.moves)
-    check_disk(target, 2 * (checkpoint + len(config_text) + sum(Path(p).stat().st_size for p in assets.values())), args.max_disk_bytes)
+    check_disk(
+        target,
+        2 * (checkpoint + len(config_text) + sum(Path(p).stat().st_size for p in assets.values())),
+        args.max_disk_bytes,
+    )
     weights_out = _weights_out(weights, shards)
     validate_with = _validate_with(target, env, args)
     source_paths = {shard: str(env.policy.readable(source.directory / shard)) for shard in files.shard_names}
@@ -224,7 +259,9 @@ def real_trim_spec(
             shard: [[m.target, m.shard, m.source, m.dtype, list(m.shape), m.nbytes] for m in moves]
             for shard, moves in shards.items()
         },
-        "source_error_codes": sorted({code for severity, code, _ in (source.report.findings if source.report else []) if severity == "error"}),
+        "source_error_codes": sorted(
+            {code for severity, code, _ in (source.report.findings if source.report else []) if severity == "error"}
+        ),
         "extra_files": {FILE_NAME: smoke_text},
         "image": plan.image,
         "manifest_name": MANIFEST_NAME,
@@ -264,7 +301,9 @@ def trim_model(args: TrimModelInput, env: ToolEnv) -> TrimModelOutput | JobHandl
     plan = make_plan(source, trim_request(args))
     if args.output_mode == "real":
         spec = real_trim_spec(args, env, evidence, source, plan, target)
-        return env.jobs.start(env.tool, REAL_TRIM_JOB, spec, scratch=[(str(target.parent), scratch_prefix(target, "{job}"), target.name)])
+        return env.jobs.start(
+            env.tool, REAL_TRIM_JOB, spec, scratch=[(str(target.parent), scratch_prefix(target, "{job}"), target.name)]
+        )
     return _write_dummy(args, env, source, plan, PlanTrimOutput(**plan_output(args, env, evidence, plan)), target)
 
 

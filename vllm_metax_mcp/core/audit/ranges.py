@@ -1,0 +1,156 @@
+"""Where each plugin file's audit range starts, and which upstream files it follows.
+
+A file's range runs from its base to the target: one base the caller names, or the file's
+closest release (`core/compare/releases.py`: the newest release with the fewest differing lines), or the
+base the ledger recorded for it when an earlier call named one. The range follows the file's
+counterpart at the target (`core/compare/pairing.py`) and, on request, the upstream modules that
+counterpart imports. The same bases give the difference matrix its per-file base, so the commits
+listed and the differences rechecked are measured from the same release.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..code.codebase import Codebase
+from ..code.module_index import RecordCache
+from ..compare.pairing import Pair, Status, Trees
+from ..compare.releases import (
+    Counterpart,
+    FileReleases,
+    PairingInputs,
+    Release,
+    closest_releases,
+)
+from ..compare.textdiff import StatsCache
+from ..foundation.errors import bad_input
+from ..sources.git import Repository
+from ..sources.subjects import RevisionSubject, Subject
+from .commits import Track, range_commits
+
+
+@dataclass(frozen=True)
+class FileBase:
+    """Where one plugin file's range starts; kept in the ledger so later calls need no releases."""
+
+    label: str
+    """The release (or base) as the caller named it."""
+    commit: str
+    path: str | None = None
+    """The file's upstream counterpart at the base, when pairing there found one."""
+    sha: str | None = None
+
+
+@dataclass(frozen=True)
+class Range:
+    """The commits of base..target: what a `commit` evidence item or an entry's commit must lie in."""
+
+    label: str
+    commits: frozenset[str]
+
+
+def stored_bases(ledger: Mapping[str, Any] | None, files: list[str]) -> dict[str, FileBase]:
+    stored = (ledger or {}).get("bases", {})
+    return {local: FileBase(**stored[local]) for local in files if local in stored}
+
+
+def remember(stored: dict[str, Any], bases: Mapping[str, FileBase]) -> None:
+    """Record `bases` in a ledger's `bases`; a counterpart path known for the same commit stays."""
+    for local, base in bases.items():
+        if base.path is None and (stored.get(local) or {}).get("commit") == base.commit:
+            continue
+        stored[local] = asdict(base)
+
+
+def ancestor_release(repo: Repository, label: str, target: str) -> Release:
+    """A release (or base) of the upstream repository that the target descends from."""
+    subject = RevisionSubject(repo, label)
+    if repo.text("merge-base", subject.commit, target).strip() != subject.commit:
+        raise bad_input(
+            f"{label} ({subject.commit[:12]}) is not an ancestor of the target: a range runs from an older release to the target."
+        )
+    return Release(label, subject, subject.commit)
+
+
+def file_bases(
+    plugin: Subject,
+    releases: list[Release],
+    cache: RecordCache,
+    stats: StatsCache,
+    inputs: PairingInputs,
+    known: Mapping[str, list[Pair]],
+    one_base: bool,
+) -> dict[str, FileBase]:
+    """Each file's closest release, or (`one_base`) the single release for every file, with the
+    counterpart pairing finds there."""
+    closest = closest_releases(plugin, releases, cache, stats, inputs, known)
+    by_label = {r.label: r for r in releases}
+    bases = {}
+    for local, found in closest.items():
+        label = releases[0].label if one_base else found.closest
+        if label is None:
+            continue
+        counterpart = found.counterparts.get(label)
+        path, sha = (counterpart.path, counterpart.sha) if counterpart else (None, None)
+        bases[local] = FileBase(label, by_label[label].commit or "", path, sha)
+    return bases
+
+
+def counterpart_imports(trees: Trees, code: Codebase, counterpart: str) -> list[str]:
+    """Upstream files a counterpart imports, on any branch an out-of-tree platform may take."""
+    module = trees.upstream_modules.get(counterpart)
+    if module is None:
+        return []
+    found: set[str] = set()
+    for record in module.record.imports:
+        if record.branch == "not_taken":
+            continue
+        target = module.absolute(record.module)
+        for original, _alias in record.names or [[None, None]]:
+            resolved = code.resolve(target, None if original in (None, "*") else original)
+            indexed = code.get(resolved.module)
+            if indexed is not None and indexed.side == "upstream" and indexed.path != counterpart:
+                found.add(indexed.path)
+    return sorted(found)
+
+
+def file_tracks(
+    pairs: list[Pair], bases: Mapping[str, FileBase], imports: Callable[[str], list[str]] | None
+) -> tuple[list[Track], list[str]]:
+    """What to list per file with a counterpart, and the files whose range is unknown."""
+    tracks, unknowns = [], []
+    for pair in pairs:
+        if pair.upstream is None or pair.status is Status.LOCAL_ONLY:
+            continue
+        base = bases.get(pair.local)
+        if base is None:
+            unknowns.append(
+                f"{pair.local}: no base — none of the releases has its counterpart and the ledger records none; pass base."
+            )
+            continue
+        followed = imports(pair.upstream) if imports else []
+        tracks.append(Track(pair.local, (pair.upstream, *followed), base.commit, base.path))
+    return tracks, unknowns
+
+
+def file_ranges(repo: Repository, bases: Mapping[str, FileBase], target: str, target_label: str) -> dict[str, Range]:
+    """Each file's base..target commits (one rev-list per distinct base)."""
+    by_commit = {commit: range_commits(repo, commit, target) for commit in {b.commit for b in bases.values()}}
+    return {local: Range(f"{b.label}..{target_label}", by_commit[b.commit]) for local, b in bases.items()}
+
+
+def matrix_bases(repo: Repository, bases: Mapping[str, FileBase]) -> tuple[list[Release], dict[str, FileReleases]]:
+    """The releases and per-file closest releases `difference_matrix` takes, from the bases."""
+    releases: dict[str, Release] = {}
+    closest: dict[str, FileReleases] = {}
+    for local, base in bases.items():
+        if base.path is None or base.sha is None:
+            continue
+        label = base.label
+        if label in releases and releases[label].commit != base.commit:
+            label = f"{base.label}@{base.commit[:12]}"  # one name, two commits (e.g. HEAD~3 named by two calls)
+        releases.setdefault(label, Release(label, RevisionSubject(repo, base.commit), base.commit))
+        closest[local] = FileReleases(local, {label: Counterpart(base.path, base.sha, 0)}, label)
+    return list(releases.values()), closest

@@ -1,0 +1,112 @@
+"""What the plugin's own source says about MACA: its platform class's answers and the ops it registers.
+
+The difference matrix needs two facts the model files do not carry. Which platform class the plugin
+installs comes from the strings its package `__init__` hands vLLM (`register()` returns
+"vllm_metax.platform.MacaPlatform"), never from a class or file name; what that class answers for a
+predicate is known only where a method returns a constant. Which `torch.ops` the plugin registers
+comes from its Python registrations, read by the same scanner trace_dependency uses
+(`op_scanners.scan_python`); native `TORCH_LIBRARY` blocks are not read here.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+
+from ..foundation.evidence import FileEvidence
+from ..sources.subjects import Subject
+from .module_index import module_name
+from .op_scanners import local_ops, scan_python
+
+PLUGIN_ROOT = "vllm_metax"
+CLASS_PATH = re.compile(rf"^{PLUGIN_ROOT}(\.\w+)+$")
+
+
+@dataclass(frozen=True)
+class Answer:
+    value: object
+    evidence: FileEvidence
+
+
+@dataclass
+class PluginFacts:
+    platform_class: str | None = None
+    """`module:Class` of the platform the plugin installs, when its package `__init__` names one."""
+    platform_evidence: FileEvidence | None = None
+    answers: dict[str, Answer] = field(default_factory=dict)
+    """Platform method name -> the constant it returns."""
+    ops: dict[str, FileEvidence] = field(default_factory=dict)
+    """`ns.op` the plugin registers -> where."""
+    namespaces: dict[str, FileEvidence] = field(default_factory=dict)
+    """Namespaces the plugin defines outright (`Library("ns", "DEF")`)."""
+
+    def registered_op(self, op: str) -> FileEvidence | None:
+        return self.ops.get(op) or self.namespaces.get(op.split(".")[0])
+
+
+def _strings(tree: ast.AST) -> list[ast.Constant]:
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+
+
+def _parse(data: bytes) -> ast.Module | None:
+    try:
+        return ast.parse(data)
+    except (SyntaxError, ValueError):
+        return None
+
+
+def _constant_returns(node: ast.ClassDef) -> dict[str, tuple[object, int]]:
+    """Methods whose body (docstring aside) is `return <constant>`."""
+    found: dict[str, tuple[object, int]] = {}
+    for item in node.body:
+        if not isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        body = [s for s in item.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+        if len(body) == 1 and isinstance(body[0], ast.Return) and isinstance(body[0].value, ast.Constant):
+            found[item.name] = (body[0].value.value, body[0].lineno)
+    return found
+
+
+def _platform(subject: Subject, facts: PluginFacts, sources: dict[str, bytes]) -> None:
+    init = f"{PLUGIN_ROOT}/__init__.py"
+    tree = _parse(sources[init]) if init in sources else None
+    if tree is None:
+        return
+    modules = {module_name(p): p for p in sources if module_name(p)}
+    for constant in _strings(tree):
+        value = str(constant.value)
+        owner, _, name = value.rpartition(".")
+        path = modules.get(owner)
+        if not CLASS_PATH.match(value) or path is None:
+            continue
+        module = _parse(sources[path])
+        target = next(
+            (n for n in (module.body if module else []) if isinstance(n, ast.ClassDef) and n.name == name), None
+        )
+        if target is None:
+            continue
+        facts.platform_class = f"{owner}:{name}"
+        facts.platform_evidence = FileEvidence(path=init, line=constant.lineno, rev=subject.sha(init))
+        for method, (answer, line) in _constant_returns(target).items():
+            facts.answers[method] = Answer(answer, FileEvidence(path=path, line=line, rev=subject.sha(path)))
+        return
+
+
+def _registrations(path: str, sha: str, source: bytes, facts: PluginFacts) -> None:
+    found = scan_python(source)
+    for namespace, line in found.get("defined", []):
+        facts.namespaces.setdefault(namespace, FileEvidence(path=path, line=line, rev=sha))
+    for op, line in local_ops(found):
+        facts.ops.setdefault(op, FileEvidence(path=path, line=line, rev=sha))
+
+
+def plugin_facts(subject: Subject) -> PluginFacts:
+    """Read the plugin package once for its platform class and its op registrations."""
+    paths = [p for p in subject.list(f"{PLUGIN_ROOT}/") if p.endswith(".py")]
+    sources = subject.read_many(paths)
+    facts = PluginFacts()
+    _platform(subject, facts, sources)
+    for path in paths:
+        _registrations(path, subject.sha(path), sources[path], facts)
+    return facts

@@ -1,0 +1,241 @@
+"""Symbol-level comparison of a local module with its upstream counterpart, from index records.
+
+Top-level functions, classes and assignments and `Class.method` are compared by body hash
+(docstrings, comments and blank lines ignored), so a reformatted comment is no change and a
+one-line edit in a method marks that method — not its whole class — as changed. Renames are
+recognised from the plugin's naming convention (`Maca<X>` for upstream `<X>`) or, failing that,
+from near-identical bodies. Import swaps are the same name bound from `vllm_metax.*` locally and
+from `vllm.*` upstream: the usual, intentional MetaX difference, reported apart from code changes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from ..code.module_index import Definition, IndexedModule, ModuleRecord
+from .textdiff import line_profile, similarity
+
+MACA_PREFIXES = ("Maca", "MACA")
+BODY_RENAME_THRESHOLD = 0.8
+MAX_RENAME_COMPARISONS = 4000
+"""Bound on body comparisons between added and removed symbols of one file."""
+
+
+@dataclass(frozen=True)
+class Rename:
+    local: str
+    upstream: str
+    how: str
+    """maca_prefix | body | subclass."""
+    similarity: float
+
+
+@dataclass(frozen=True)
+class SignatureChange:
+    symbol: str
+    local: str
+    upstream: str
+
+
+@dataclass(frozen=True)
+class BaseChange:
+    symbol: str
+    local: tuple[str, ...]
+    upstream: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ImportSwap:
+    name: str
+    local_module: str
+    upstream_module: str
+    line: int
+    paired: bool
+    """The local module is itself paired with the upstream module in this comparison."""
+    upstream_line: int
+    """Line of the upstream import of the same name."""
+
+
+@dataclass
+class SymbolDiff:
+    added: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    renamed: list[Rename] = field(default_factory=list)
+    signatures: list[SignatureChange] = field(default_factory=list)
+    bases: list[BaseChange] = field(default_factory=list)
+
+    def sort(self) -> SymbolDiff:
+        self.added.sort()
+        self.removed.sort()
+        self.changed.sort()
+        self.renamed.sort(key=lambda r: r.local)
+        self.signatures.sort(key=lambda s: s.symbol)
+        self.bases.sort(key=lambda b: b.symbol)
+        return self
+
+
+def strip_maca(name: str) -> str:
+    """`MacaFoo` -> `Foo`; any other name unchanged."""
+    for prefix in MACA_PREFIXES:
+        rest = name[len(prefix) :]
+        if name.startswith(prefix) and rest and (rest[0].isupper() or rest[0] == "_"):
+            return rest
+    return name
+
+
+def _by_name(definitions: Iterable[Definition]) -> dict[str, Definition]:
+    found: dict[str, Definition] = {}
+    for definition in definitions:
+        found.setdefault(definition.name, definition)
+    return found
+
+
+def _body_profile(definition: Definition, lines: list[str]) -> Counter[str]:
+    """Line multiset of a definition without its header line (where the name is)."""
+    return line_profile("\n".join(lines[definition.line : definition.end_line]))
+
+
+def _compare_members(
+    local_name: str, local: Definition, upstream: Definition, diff: SymbolDiff, removed_too: bool = True
+) -> None:
+    for method, digest in local.members.items():
+        qualified = f"{local_name}.{method}"
+        if method not in upstream.members:
+            diff.added.append(qualified)
+            continue
+        if digest != upstream.members[method]:
+            diff.changed.append(qualified)
+        mine, theirs = local.member_signatures.get(method, ""), upstream.member_signatures.get(method, "")
+        if mine != theirs:
+            diff.signatures.append(SignatureChange(qualified, mine, theirs))
+    if removed_too:
+        diff.removed += [f"{upstream.name}.{m}" for m in upstream.members if m not in local.members]
+
+
+def _compare(local: Definition, upstream: Definition, diff: SymbolDiff, local_name: str | None = None) -> None:
+    """Differences of two definitions taken to be the same symbol (possibly renamed)."""
+    name = local_name or local.name
+    if local.kind != upstream.kind:
+        diff.changed.append(name)
+        return
+    if local.kind == "class":
+        if local.own_hash != upstream.own_hash and local_name is None:
+            diff.changed.append(name)
+        if local.bases != upstream.bases:
+            diff.bases.append(BaseChange(name, tuple(local.bases), tuple(upstream.bases)))
+        _compare_members(name, local, upstream, diff)
+        return
+    if local.body_hash != upstream.body_hash and local_name is None:
+        diff.changed.append(name)
+    if local.kind == "function" and local.signature != upstream.signature:
+        diff.signatures.append(SignatureChange(name, local.signature, upstream.signature))
+
+
+def _renames(
+    added: dict[str, Definition], removed: dict[str, Definition], local_lines: list[str], upstream_lines: list[str]
+) -> list[tuple[Definition, Definition, str, float]]:
+    """Pairs (local, upstream, how, similarity): the `Maca` prefix first, then near-identical bodies."""
+    found: list[tuple[Definition, Definition, str, float]] = []
+    for name in sorted(added):
+        original = strip_maca(name)
+        if original != name and original in removed and removed[original].kind == added[name].kind:
+            local, upstream = added.pop(name), removed.pop(original)
+            score = similarity(_body_profile(local, local_lines), _body_profile(upstream, upstream_lines))
+            found.append((local, upstream, "maca_prefix", score))
+    if len(added) * len(removed) > MAX_RENAME_COMPARISONS:
+        return found
+    scored = sorted(
+        (
+            (similarity(_body_profile(a, local_lines), _body_profile(r, upstream_lines)), a.name, r.name)
+            for a in added.values()
+            for r in removed.values()
+            if a.kind == r.kind and a.kind != "assignment"
+        ),
+        reverse=True,
+    )
+    for score, local_name, upstream_name in scored:
+        if score < BODY_RENAME_THRESHOLD:
+            break
+        if local_name in added and upstream_name in removed:
+            found.append((added.pop(local_name), removed.pop(upstream_name), "body", score))
+    return found
+
+
+def diff_symbols(
+    local: ModuleRecord, upstream: ModuleRecord, local_lines: list[str], upstream_lines: list[str]
+) -> SymbolDiff:
+    """The symbol diff of a local copy against its upstream original."""
+    diff = SymbolDiff()
+    mine, theirs = _by_name(local.definitions), _by_name(upstream.definitions)
+    for name in sorted(set(mine) & set(theirs)):
+        _compare(mine[name], theirs[name], diff)
+    added = {n: d for n, d in mine.items() if n not in theirs}
+    removed = {n: d for n, d in theirs.items() if n not in mine}
+    for local_def, upstream_def, how, score in _renames(added, removed, local_lines, upstream_lines):
+        diff.renamed.append(Rename(local_def.name, upstream_def.name, how, round(score, 2)))
+        _compare(local_def, upstream_def, diff, local_name=local_def.name)
+    diff.added += sorted(added)
+    diff.removed += sorted(removed)
+    return diff.sort()
+
+
+def diff_extension(local: ModuleRecord, upstream: ModuleRecord, extends: Mapping[str, str]) -> SymbolDiff:
+    """The symbol diff of a local file that subclasses upstream classes instead of copying them.
+
+    `extends` maps local class names to the upstream classes (in `upstream`) they subclass. What
+    the local class overrides is `changed`, what it adds is `added`; what it inherits unchanged
+    is not `removed`.
+    """
+    diff = SymbolDiff()
+    theirs = _by_name(upstream.definitions)
+    for definition in _by_name(local.definitions).values():
+        base = theirs.get(extends.get(definition.name, ""))
+        if base is not None:
+            diff.renamed.append(Rename(definition.name, base.name, "subclass", 0.0))
+            _compare_members(definition.name, definition, base, diff, removed_too=False)
+        elif definition.name in theirs:
+            _compare(definition, theirs[definition.name], diff)
+        else:
+            diff.added.append(definition.name)
+    return diff.sort()
+
+
+def _bindings(module: IndexedModule, root: str) -> dict[str, tuple[str, int]]:
+    """Names bound by imports from `root` (or its sub-modules): name -> (absolute module, line)."""
+    bound: dict[str, tuple[str, int]] = {}
+    for record in module.record.imports:
+        if record.branch == "not_taken":
+            continue
+        target = module.absolute(record.module)
+        if target != root and not target.startswith(root + "."):
+            continue
+        if record.names:
+            for _original, alias in record.names:
+                if alias != "*":
+                    bound.setdefault(alias, (target, record.line))
+        elif record.alias:
+            bound.setdefault(record.alias, (target, record.line))
+    return bound
+
+
+def import_swaps(
+    local: IndexedModule, upstream: IndexedModule, local_root: str, upstream_root: str, paired: Mapping[str, str]
+) -> list[ImportSwap]:
+    """Names imported from the plugin locally where upstream imports the same name from vLLM.
+
+    `paired` maps local module names to the upstream modules they are paired with, so a swap
+    that merely follows a copied module (`.attention` -> `vllm_metax…attention`) is told apart
+    from one that routes to a plugin override.
+    """
+    theirs = _bindings(upstream, upstream_root)
+    swaps = []
+    for name, (module, line) in sorted(_bindings(local, local_root).items()):
+        if name in theirs:
+            upstream_module, upstream_line = theirs[name]
+            swaps.append(
+                ImportSwap(name, module, upstream_module, line, paired.get(module) == upstream_module, upstream_line)
+            )
+    return swaps

@@ -1,0 +1,324 @@
+#!/usr/bin/env python3
+"""Recreate a trimmed real-weight checkpoint from its source checkpoint: raw tensor bytes, never decoded.
+
+Usage: python extract.py SOURCE_DIR OUTPUT_DIR
+
+trim_model (vllm-metax-mcp, output_mode="real") writes this file beside the checkpoint it made,
+with the exact plan embedded below (which source tensor becomes which output tensor in which
+shard, the reduced config.json, the assets and the sha256 of every file), and proves it by
+running it once. It needs the standard library only. It checks every source header (offsets
+inside the file, contiguous, no duplicate names), every mapped tensor's dtype, shape and size,
+and every file it writes against the recorded sha256; OUTPUT_DIR must not exist yet.
+
+In vllm-metax-mcp this module is also the one implementation of the safetensors header parser
+and of the byte copy, so the shipped script is the code that made the checkpoint.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+PLAN_JSON = None  # trim_model embeds the plan here (a JSON string) in the extract.py it writes
+
+CHUNK_BYTES = 8 << 20
+MAX_HEADER_BYTES = 100 << 20
+INDEX_NAME = "model.safetensors.index.json"
+DTYPE_BITS = {
+    "F64": 64,
+    "F32": 32,
+    "F16": 16,
+    "BF16": 16,
+    "I64": 64,
+    "I32": 32,
+    "I16": 16,
+    "I8": 8,
+    "U64": 64,
+    "U32": 32,
+    "U16": 16,
+    "U8": 8,
+    "BOOL": 8,
+    "F8_E4M3": 8,
+    "F8_E5M2": 8,
+    "F8_E8M0": 8,
+    "C64": 64,
+    "F6_E2M3": 6,
+    "F6_E3M2": 6,
+    "F4": 4,
+}
+"""The dtypes safetensors defines, in bits per element (sub-byte types are packed)."""
+
+
+class HeaderError(ValueError):
+    """A safetensors header that cannot be trusted; the message says why."""
+
+
+class Entry:
+    """One tensor of a shard: begin and end are offsets in the data buffer (after the header)."""
+
+    __slots__ = ("dtype", "shape", "begin", "end")
+
+    def __init__(self, dtype, shape, begin, end):
+        self.dtype, self.shape, self.begin, self.end = dtype, tuple(shape), begin, end
+
+
+class Header:
+    """A parsed shard header: where the data starts, the tensors, the metadata."""
+
+    __slots__ = ("data_start", "entries", "metadata")
+
+    def __init__(self, data_start, entries, metadata):
+        self.data_start, self.entries, self.metadata = data_start, entries, metadata
+
+
+def _no_duplicates(pairs):
+    seen = {}
+    for key, value in pairs:
+        if key in seen:
+            raise HeaderError("names tensor %r twice" % key)
+        seen[key] = value
+    return seen
+
+
+def _entry(name, raw, data_size):
+    if not isinstance(raw, dict):
+        raise HeaderError("entry %r is not an object" % name)
+    dtype, shape, offsets = raw.get("dtype"), raw.get("shape"), raw.get("data_offsets")
+    if not isinstance(dtype, str):
+        raise HeaderError("entry %r has no dtype" % name)
+    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+        raise HeaderError("entry %r has an invalid shape" % name)
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(type(o) is int for o in offsets)
+        or not 0 <= offsets[0] <= offsets[1] <= data_size
+    ):
+        raise HeaderError("entry %r has data offsets outside the file's %d data bytes" % (name, data_size))
+    bits = DTYPE_BITS.get(dtype)
+    if bits is None:
+        raise HeaderError("entry %r has dtype %r, which safetensors does not define" % (name, dtype))
+    count = 1
+    for dim in shape:
+        count *= dim
+    if (count * bits) % 8 or offsets[1] - offsets[0] != count * bits // 8:
+        raise HeaderError(
+            "entry %r spans %d bytes, not %s for %s %s"
+            % (name, offsets[1] - offsets[0], count * bits / 8, dtype, shape)
+        )
+    return Entry(dtype, shape, offsets[0], offsets[1])
+
+
+def _check_layout(entries, data_size):
+    """The data buffer is exactly the tensors, back to back: no overlap, no hole, nothing after."""
+    position = 0
+    for name, entry in sorted(entries.items(), key=lambda item: (item[1].begin, item[1].end)):
+        if entry.begin < position:
+            raise HeaderError("entry %r overlaps the tensor before it (offset %d < %d)" % (name, entry.begin, position))
+        if entry.begin > position:
+            raise HeaderError("leaves a hole of %d bytes before entry %r" % (entry.begin - position, name))
+        position = entry.end
+    if position != data_size:
+        raise HeaderError("has %d data bytes after its last tensor" % (data_size - position))
+
+
+def parse_header(path):
+    """The header of one shard, checked against the file's size; raises HeaderError."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as handle:
+        prefix = handle.read(8)
+        if len(prefix) < 8:
+            raise HeaderError("%d bytes long, shorter than the 8-byte header length" % size)
+        length = int.from_bytes(prefix, "little")
+        if length < 2 or length > MAX_HEADER_BYTES or length > size - 8:
+            raise HeaderError("declares a %d-byte header in a %d-byte file" % (length, size))
+        raw = handle.read(length)
+    try:
+        document = json.loads(raw, object_pairs_hook=_no_duplicates)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        if isinstance(exc, HeaderError):
+            raise
+        raise HeaderError("header is not valid JSON (%s)" % exc) from None
+    if not isinstance(document, dict):
+        raise HeaderError("header is not a JSON object")
+    data_size = size - 8 - length
+    metadata = document.pop("__metadata__", None)
+    entries = {name: _entry(name, raw_entry, data_size) for name, raw_entry in document.items()}
+    _check_layout(entries, data_size)
+    return Header(8 + length, entries, metadata if isinstance(metadata, dict) else None)
+
+
+def header_bytes(tensors):
+    """The header of an output shard for [(name, dtype, shape, nbytes)] in data order, padded to 8 bytes."""
+    header = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name, dtype, shape, nbytes in tensors:
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    return len(raw).to_bytes(8, "little") + raw
+
+
+def index_bytes(shards):
+    """model.safetensors.index.json for {shard: [(name, nbytes), ...]}."""
+    weight_map = {name: shard for shard, tensors in shards.items() for name, _ in tensors}
+    total = sum(nbytes for tensors in shards.values() for _, nbytes in tensors)
+    document = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+    return (json.dumps(document, indent=2) + "\n").encode()
+
+
+def copy_range(source_fd, source_offset, target_fd, target_offset, length):
+    """Copy bytes between files in the kernel where it can (copy_file_range), else through a bounded buffer."""
+    done = 0
+    copier = getattr(os, "copy_file_range", None)
+    while copier is not None and done < length:
+        try:
+            moved = copier(source_fd, target_fd, length - done, source_offset + done, target_offset + done)
+        except OSError:
+            break  # other filesystems or kernels: fall back to pread/pwrite for the rest
+        if moved == 0:
+            break
+        done += moved
+    while done < length:
+        chunk = os.pread(source_fd, min(CHUNK_BYTES, length - done), source_offset + done)
+        if not chunk:
+            raise HeaderError("a source shard ended %d bytes early" % (length - done))
+        written = 0
+        while written < len(chunk):
+            written += os.pwrite(target_fd, chunk[written:], target_offset + done + written)
+        done += len(chunk)
+
+
+def check_entry(entry, dtype, shape, nbytes, where):
+    """The source tensor still is what the plan recorded."""
+    if entry is None:
+        raise HeaderError("%s is not in its shard's header" % where)
+    if entry.dtype != dtype or list(entry.shape) != list(shape) or entry.end - entry.begin != nbytes:
+        raise HeaderError(
+            "%s is %s %s (%d bytes) in the source, the plan recorded %s %s (%d bytes)"
+            % (where, entry.dtype, list(entry.shape), entry.end - entry.begin, dtype, list(shape), nbytes)
+        )
+
+
+def write_shard(path, items, sources, on_bytes=None):
+    """Write one output shard: items are (target, source_shard, source_name, dtype, shape, nbytes) in data
+    order; sources maps a source shard to (fd, Header)."""
+    planned = []
+    for target, shard, name, dtype, shape, nbytes in items:
+        fd, header = sources[shard]
+        entry = header.entries.get(name)
+        check_entry(entry, dtype, shape, nbytes, "%s (in %s)" % (name, shard))
+        planned.append((target, entry, fd, header.data_start))
+    head = header_bytes([(t, e.dtype, e.shape, e.end - e.begin) for t, e, _, _ in planned])
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.write(fd, head)
+        offset = len(head)
+        for _, entry, source_fd, data_start in planned:
+            copy_range(source_fd, data_start + entry.begin, fd, offset, entry.end - entry.begin)
+            offset += entry.end - entry.begin
+            if on_bytes is not None:
+                on_bytes(entry.end - entry.begin)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def file_sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(CHUNK_BYTES), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def open_sources(directory, shard_names, paths=None):
+    """(fd, Header) per source shard; paths may give each shard's resolved file."""
+    sources = {}
+    try:
+        for shard in shard_names:
+            path = (paths or {}).get(shard) or os.path.join(directory, shard)
+            header = parse_header(path)
+            sources[shard] = (os.open(path, os.O_RDONLY), header)
+    except BaseException:
+        close_sources(sources)
+        raise
+    return sources
+
+
+def close_sources(sources):
+    for fd, _ in sources.values():
+        os.close(fd)
+
+
+def extract(plan, source_dir, output_dir):
+    """Write every file of the plan beside output_dir, check each one's sha256, then rename it into place:
+    output_dir appears whole or not at all."""
+    output_dir = os.path.abspath(output_dir)
+    if os.path.lexists(output_dir):
+        raise HeaderError("%s already exists; give a new OUTPUT_DIR" % os.path.basename(output_dir))
+    partial = tempfile.mkdtemp(
+        prefix="." + os.path.basename(output_dir) + ".", suffix=".partial", dir=os.path.dirname(output_dir)
+    )
+    try:
+        _write_all(plan, source_dir, partial)
+        os.rename(partial, output_dir)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+
+
+def _write_all(plan, source_dir, output_dir):
+    shards = plan["shards"]
+    sources = open_sources(source_dir, sorted({item[1] for items in shards.values() for item in items}))
+    try:
+        for shard, items in shards.items():
+            write_shard(os.path.join(output_dir, shard), items, sources)
+    finally:
+        close_sources(sources)
+    sized = {shard: [(item[0], item[5]) for item in items] for shard, items in shards.items()}
+    with open(os.path.join(output_dir, INDEX_NAME), "wb") as handle:
+        handle.write(index_bytes(sized))
+    with open(os.path.join(output_dir, "config.json"), "w", encoding="utf-8") as handle:
+        handle.write(plan["config"])
+    for name in plan["assets"]:
+        shutil.copyfile(os.path.join(source_dir, name), os.path.join(output_dir, name))
+    wrong = [
+        name
+        for name, expected in sorted(plan["sha256"].items())
+        if file_sha256(os.path.join(output_dir, name)) != expected
+    ]
+    if wrong:
+        raise HeaderError("written files differ from the recorded checkpoint: %s" % ", ".join(wrong))
+
+
+def main(argv):
+    if PLAN_JSON is None:
+        print("error: no plan is embedded; this is the template, not a written extract.py", file=sys.stderr)
+        return 2
+    if len(argv) != 3:
+        print("usage: python extract.py SOURCE_DIR OUTPUT_DIR", file=sys.stderr)
+        return 2
+    plan = json.loads(PLAN_JSON)
+    try:
+        extract(plan, argv[1], argv[2])
+    except HeaderError as exc:
+        print("error: %s" % exc, file=sys.stderr)
+        return 1
+    except OSError as exc:
+        where = " (%s)" % os.path.basename(exc.filename) if exc.filename else ""
+        print("error: %s%s" % (exc.strerror or type(exc).__name__, where), file=sys.stderr)
+        return 1
+    count = sum(len(items) for items in plan["shards"].values())
+    print(
+        "wrote %d tensors in %d shards to %s; every file matches its recorded sha256"
+        % (count, len(plan["shards"]), argv[2])
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

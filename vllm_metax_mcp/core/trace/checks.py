@@ -1,0 +1,263 @@
+"""The second pass of a dependency trace: dispatch and overrides, kernels against the installed
+binaries, and defects of the plugin code on the model's path.
+
+"The model" is the package of the registered plugin module (or the module alone when it sits
+in the package that registers it). A plugin module outside the model whose own imports fail is
+a `pending_upgrade` boundary, not a defect of the model; modules that hold patches, registries
+or selected attention backends are boundaries owned by their own workflows, walked deeper only
+on request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..code.codebase import Codebase
+from ..code.module_index import ModuleIndex, module_name
+from ..code.op_scanners import native_registrations, python_facts, python_registrations
+from ..code.overrides import (
+    Override,
+    Overrides,
+    Patch,
+    Target,
+    mark_reached,
+    same_path_overrides,
+)
+from ..foundation.errors import ToolFailure
+from ..foundation.evidence import Evidence
+from ..foundation.policy import Policy
+from ..foundation.state import StateStore
+from ..sources.environment import check_interpreter
+from ..sources.interpreters import Interpreters
+from .defects import (
+    Defect,
+    ImportProblem,
+    call_drift,
+    import_defects,
+    import_problems,
+    kernel_drift,
+    op_defects,
+    override_defects,
+    override_drift,
+    skipped_base_init,
+)
+from .kernels import KernelLaunch, OpRow, kernel_launches, op_rows, probe_ops
+from .loading import ConfigRewrite, WeightLoading, config_rewrites, weight_loading
+from .revisions import UpstreamHistory
+from .walk import Walk
+
+PENDING_SHOWN = 3
+UNKNOWNS_SHOWN = 3
+
+
+@dataclass(frozen=True)
+class ProbeTarget:
+    """The interpreter ops are probed in, or why there is none (an evidence gap)."""
+
+    python: Path | None
+    identity: str | None = None
+    gap: str | None = None
+
+
+def probe_target(
+    python: str | None, policy: Policy, interpreters: Interpreters, record: dict[str, Any] | None, enabled: bool
+) -> ProbeTarget:
+    """The environment record's interpreter; an explicit one only in edit mode. Either passes the
+    interpreter policy (core/sources/interpreters.py): a recorded one the operator did not allow is a gap."""
+    if not enabled:
+        return ProbeTarget(None, gap="Ops were not probed (probe_ops=false): installed is unknown for every op.")
+    if python:
+        return ProbeTarget(check_interpreter(python, policy, interpreters, "override").path)
+    if not record or not record.get("python"):
+        return ProbeTarget(
+            None,
+            gap="No environment record with an interpreter: ops were not probed (run environment action=establish).",
+        )
+    try:
+        return ProbeTarget(
+            check_interpreter(record["python"], policy, interpreters, "record").path, record.get("probe_id")
+        )
+    except ToolFailure as failure:
+        return ProbeTarget(None, gap=f"The recorded interpreter cannot run ({failure.message}): ops were not probed.")
+
+
+@dataclass(frozen=True)
+class Model:
+    """Where the traced model lives, from its registrations."""
+
+    plugin_module: str | None
+    registration_path: str | None
+    upstream_module: str | None
+    registry_path: str | None
+    classes: tuple[tuple[str, str], ...] = ()
+
+    def members(self, code: Codebase) -> set[str]:
+        """The registered plugin module's package (or the module alone, beside its registration)."""
+        if not self.plugin_module:
+            return set()
+        indexed = code.get(self.plugin_module)
+        registering = module_name(self.registration_path or "") or ""
+        registering_package = (
+            registering if (self.registration_path or "").endswith("__init__.py") else registering.rpartition(".")[0]
+        )
+        package = self.plugin_module if indexed and indexed.is_package else self.plugin_module.rpartition(".")[0]
+        if package == registering_package:
+            return {self.plugin_module}
+        return {name for name in code.index.modules if name == package or name.startswith(package + ".")}
+
+
+@dataclass
+class BoundaryNote:
+    kind: str
+    """pending_upgrade | owned."""
+    module: str
+    file: str | None
+    reason: str
+    evidence: list[Evidence] = field(default_factory=list)
+
+
+@dataclass
+class Findings:
+    overrides: list[Override] = field(default_factory=list)
+    patches: list[Patch] = field(default_factory=list)
+    ops: list[OpRow] = field(default_factory=list)
+    kernels: list[KernelLaunch] = field(default_factory=list)
+    defects: list[Defect] = field(default_factory=list)
+    boundaries: list[BoundaryNote] = field(default_factory=list)
+    config_rewrites: list[ConfigRewrite] = field(default_factory=list)
+    weight_loading: list[WeightLoading] = field(default_factory=list)
+    unknowns: list[str] = field(default_factory=list)
+    probe_id: str | None = None
+
+
+def owned_modules(found: Overrides, model: set[str]) -> dict[str, str]:
+    """Modules the walk records as boundaries of another workflow (never the model's own)."""
+    replaced: dict[str, list[Target]] = {}
+    for override in found.overrides:
+        for target in override.replaces:
+            replaced.setdefault(override.name.split(":")[0], []).append(target)
+    for patch in found.patches:
+        replaced.setdefault(patch.module, []).append(patch.target)
+    stop = {}
+    for module, workflow in found.owned.items():
+        if module in model:
+            continue
+        targets = sorted({_state(t) for t in replaced.get(module, [])})
+        shown = ", ".join(targets[:4]) + (f", … {len(targets) - 4} more" if len(targets) > 4 else "")
+        stop[module] = (
+            f"owned by the {workflow} workflow"
+            + (f" (replaces {shown})" if targets else "")
+            + "; walked deeper with follow_owned"
+        )
+    return stop
+
+
+def _state(target: Target) -> str:
+    if target.exists is False:
+        return f"{target.symbol} (gone at target)"
+    return f"{target.symbol} (changed)" if target.changed else target.symbol
+
+
+def _pending(code: Codebase, module: str, problems: list[ImportProblem]) -> BoundaryNote:
+    shown = "; ".join(f"`{p.written}` ({p.outcome.value})" for p in problems[:PENDING_SHOWN])
+    more = f"; … {len(problems) - PENDING_SHOWN} more" if len(problems) > PENDING_SHOWN else ""
+    return BoundaryNote(
+        "pending_upgrade",
+        module,
+        code.get(module).path,
+        f"a plugin module outside the model whose own upgrade is pending: {shown}{more}",
+        [code.evidence(module, p.line) for p in problems[:PENDING_SHOWN]],
+    )
+
+
+def check_path(
+    store: StateStore,
+    code: Codebase,
+    walk: Walk,
+    found: Overrides,
+    stop: dict[str, str],
+    model: Model,
+    base: ModuleIndex | None,
+    history: UpstreamHistory | None,
+    plugin_packages: frozenset[str],
+    probe: ProbeTarget,
+) -> Findings:
+    findings = Findings(unknowns=list(found.unknowns))
+    reached = walk.names()
+    members = model.members(code)
+    mark_reached(found, reached)
+    findings.overrides = found.overrides + same_path_overrides(code, base, reached, plugin_packages)
+    findings.patches = found.patches
+    walked = [
+        r.name for r in walk.rows if ":" not in r.name and r.branch != "not_taken" and code.get(r.name) is not None
+    ]
+    plugin_walked = [m for m in walked if code.get(m).side == "plugin" and m not in stop]
+    checked = _imports(code, plugin_walked, members, base, history, plugin_packages, findings)
+    for module in checked:
+        findings.defects += (
+            skipped_base_init(code, module) + call_drift(code, base, module) + override_drift(code, base, module)
+        )
+    findings.kernels = kernel_launches(code, checked, base)
+    findings.defects += kernel_drift(code, findings.kernels, set(checked))
+    _ops(store, code, walked, checked, probe, findings)
+    module_of = {m.path: m.name for m in code.index.modules.values() if m.side == "plugin"}
+    findings.defects += override_defects(code, findings.overrides, findings.patches, module_of)
+    findings.boundaries += [
+        BoundaryNote("owned", r.name, r.file, stop[r.name]) for r in walk.rows if r.name in stop and r.depth > 0
+    ]
+    findings.config_rewrites = config_rewrites(
+        store, code, module_name(model.registry_path or ""), model.upstream_module
+    )
+    symbols = [r.name.partition(":") for r in walk.rows if ":" in r.name and r.branch != "not_taken"]
+    findings.weight_loading = weight_loading(code, [*model.classes, *((m, c) for m, _, c in symbols)])
+    findings.defects.sort(key=lambda d: (d.kind, d.file, d.line))
+    return findings
+
+
+def _imports(
+    code: Codebase,
+    modules: list[str],
+    members: set[str],
+    base: ModuleIndex | None,
+    history: UpstreamHistory | None,
+    plugin_packages: frozenset[str],
+    findings: Findings,
+) -> list[str]:
+    """Import defects of the model; pending-upgrade boundaries elsewhere. Returns the modules to check further."""
+    checked: list[str] = []
+    model_problems: list[ImportProblem] = []
+    for module in modules:
+        problems = import_problems(code, module, findings.unknowns)
+        if module in members:
+            model_problems += problems
+        elif problems:
+            findings.boundaries.append(_pending(code, module, problems))
+            continue
+        checked.append(module)
+    findings.defects += import_defects(code, model_problems, base, history, plugin_packages)
+    return checked
+
+
+def _ops(
+    store: StateStore, code: Codebase, walked: list[str], checked: list[str], probe: ProbeTarget, findings: Findings
+) -> None:
+    facts = python_facts(store, code)
+    registered, unknowns = python_registrations(code, facts)
+    if unknowns:
+        shown = "; ".join(unknowns[:UNKNOWNS_SHOWN]) + (
+            f"; … {len(unknowns) - UNKNOWNS_SHOWN} more" if len(unknowns) > UNKNOWNS_SHOWN else ""
+        )
+        findings.unknowns.append(
+            f"{len(unknowns)} Python op registration(s) with a namespace not known statically: {shown}"
+        )
+    findings.ops = op_rows(code, facts, walked, native_registrations(store, code) + registered)
+    if probe.gap:
+        findings.unknowns.append(probe.gap)
+    elif probe.python is not None and findings.ops:
+        outcome = probe_ops(probe.python, store, findings.ops, sorted(code.first_party), probe.identity)
+        findings.probe_id = outcome.probe_id
+        findings.unknowns += outcome.gaps
+    plugin_paths = {code.get(m).path: m for m in checked}
+    findings.defects += op_defects(code, findings.ops, plugin_paths, findings.probe_id)
