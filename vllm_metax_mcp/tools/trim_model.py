@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 from ..core.checkpoint.safetensors_headers import PREFERRED_INDEX
 from ..core.foundation.atomic import scratch_prefix, staged_directory
 from ..core.foundation.errors import bad_input
-from ..core.foundation.jobs import JobHandle
+from ..core.foundation.jobs import JobHandle, Scratch
 from ..core.foundation.policy import Effect, Policy, is_within
 from ..core.target.extract import file_sha256
 from ..core.trim.assets import (
@@ -302,7 +302,7 @@ def trim_model(args: TrimModelInput, env: ToolEnv) -> TrimModelOutput | JobHandl
     if args.output_mode == "real":
         spec = real_trim_spec(args, env, evidence, source, plan, target)
         return env.jobs.start(
-            env.tool, REAL_TRIM_JOB, spec, scratch=[(str(target.parent), scratch_prefix(target, "{job}"), target.name)]
+            env.tool, REAL_TRIM_JOB, spec, scratch=[Scratch(str(target.parent), scratch_prefix(target, "{job}"), target.name)]
         )
     return _write_dummy(args, env, source, plan, PlanTrimOutput(**plan_output(args, env, evidence, plan)), target)
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from pydantic import TypeAdapter
 
 from .errors import ErrorCode, ToolFailure
 from .state import StateStore
@@ -54,6 +55,16 @@ def _now() -> float:
     return time.time()
 
 
+@dataclass(frozen=True)
+class Scratch:
+    """What a job's worker may leave beside an output if it is killed: temporary siblings in `directory`
+    whose names start with `prefix` ("{job}" in it becomes the job id), for the output named `output`."""
+
+    directory: str
+    prefix: str
+    output: str
+
+
 class Jobs:
     def __init__(self, store: StateStore) -> None:
         self.store = store
@@ -66,21 +77,19 @@ class Jobs:
 
     # -- lifecycle -----------------------------------------------------------------------
 
-    def start(
-        self, tool: str, target: str, args: dict[str, Any], scratch: list[tuple[str, str, str]] | None = None
-    ) -> JobHandle:
-        """Spawn a detached worker that runs `target` ("module:function") on `args`.
+    def start(self, tool: str, target: str, payload: Any, scratch: list[Scratch] | None = None) -> JobHandle:
+        """Spawn a detached worker that runs `target` ("module:function") on `payload`.
 
-        `scratch`: (directory, name prefix, output name) of what the worker may leave if it is killed; "{job}"
-        in a prefix becomes the job id. Stopping the job (cancel, or reaping a lost one) removes them, after
-        putting back an output that was set aside for replacement (`<prefix>*.old/old`) if none took its place.
+        `payload`: the target's own dataclass (stored as JSON, rebuilt and validated by the worker from the
+        target's annotation), or a plain JSON dict. `scratch`: what the worker may leave if it is killed.
+        Stopping the job (cancel, or reaping a lost one) removes it, after putting back an output that was set
+        aside for replacement (`<prefix>*.old/old`) if none took its place.
         """
         job_id = f"j-{uuid.uuid4().hex[:16]}"
         job_dir = self.store.path(f"jobs/{job_id}")
         job_dir.mkdir(parents=True)
-        leftovers = [
-            (directory, prefix.replace("{job}", job_id), output) for directory, prefix, output in scratch or []
-        ]
+        leftovers = [[item.directory, item.prefix.replace("{job}", job_id), item.output] for item in scratch or []]
+        args = payload if isinstance(payload, dict) else TypeAdapter(type(payload)).dump_python(payload, mode="json")
         self.store.write(
             f"jobs/{job_id}/spec.json",
             {"id": job_id, "tool": tool, "target": target, "args": args, "scratch": leftovers},

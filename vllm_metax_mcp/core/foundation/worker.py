@@ -6,14 +6,20 @@ The first process forks and exits at once, so the worker is re-parented away fro
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import inspect
 import os
 import sys
 import threading
 import time
 import traceback
+import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from pydantic import TypeAdapter
 
 from .errors import ToolFailure
 from .jobs import FINAL_STATES, HEARTBEAT_INTERVAL_S, Jobs
@@ -40,9 +46,27 @@ def _beat(path: Path, stop: threading.Event) -> None:
         stop.wait(HEARTBEAT_INTERVAL_S)
 
 
-def _resolve(target: str) -> Any:
-    module_name, _, function_name = target.partition(":")
-    return getattr(importlib.import_module(module_name), function_name)
+MOVED_TARGETS = {
+    "vllm_metax_mcp.core.smoke:run_job": "vllm_metax_mcp.core.smoke.run:run_job",
+    "vllm_metax_mcp.core.trim_real:run_job": "vllm_metax_mcp.core.trim.real:run_job",
+}
+"""Job targets named before core/ was split into packages, so a job queued by an older server still runs."""
+
+
+def _resolve(target: str) -> Callable[[Any, Progress], Any]:
+    module_name, _, function_name = MOVED_TARGETS.get(target, target).partition(":")
+    function: Callable[[Any, Progress], Any] = getattr(importlib.import_module(module_name), function_name)
+    return function
+
+
+def _payload(function: Callable[..., Any], args: Any) -> Any:
+    """The target's own payload type (the dataclass its first parameter names), rebuilt from the stored JSON
+    and validated; a target that takes a plain dict gets the JSON as it is."""
+    first = next(iter(inspect.signature(function).parameters), None)
+    kind = typing.get_type_hints(function).get(first) if first else None
+    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+        return TypeAdapter(kind).validate_python(args)
+    return args
 
 
 def _set_status(jobs: Jobs, job_id: str, **fields: Any) -> None:
@@ -63,7 +87,8 @@ def run(state_dir: str, job_id: str) -> int:
     threading.Thread(target=_beat, args=(jobs.heartbeat_file(job_id), stop), daemon=True).start()
     _set_status(jobs, job_id, status="running", pid=os.getpid(), pgid=os.getpgid(0), started_at=time.time())
     try:
-        result = _resolve(spec["target"])(spec["args"], Progress(jobs, job_id))
+        target = _resolve(spec["target"])
+        result = target(_payload(target, spec["args"]), Progress(jobs, job_id))
     except ToolFailure as failure:
         _set_status(jobs, job_id, status="failed", finished_at=time.time(), error=failure.to_dict())
         return 1
