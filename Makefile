@@ -6,7 +6,7 @@ VENV ?= $(CACHE)/venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
 
-.PHONY: venv demo test test-fast bench
+.PHONY: venv demo lint test test-fast bench
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -16,16 +16,23 @@ $(VENV)/.created:
 # Non-editable install: tests drive the installed console script, as a user would.
 venv: $(VENV)/.created
 	$(PY) -m pip install --quiet --force-reinstall --no-deps .
-	$(PY) -m pip install --quiet ".[test]"
+	$(PY) -m pip install --quiet ".[test,lint]"
 
 demo: venv
 	$(PY) -m demo
 
+# Lint, format and types first (config in pyproject.toml): CI enforces them with the tests.
+LINTED := vllm_metax_mcp tests bench demo
+lint: venv
+	$(PY) -m ruff check $(LINTED)
+	$(PY) -m ruff format --check $(LINTED)
+	$(PY) -m mypy
+
 # The slowest tests are printed at the end so growth is visible.
-test: venv
+test: lint
 	$(PY) -m pytest -p no:cacheprovider --durations=15 tests
 
-test-fast: venv
+test-fast: lint
 	$(PY) -m pytest -p no:cacheprovider --durations=15 -m "not slow" tests
 
 # Every benchmark, each a ratio to a reference measured in the same run (needs the `bench` extra).

@@ -48,7 +48,7 @@ def python_files(tree: Path) -> dict[str, Path]:
 def fine_grained_history(dest: Path, versions: list[str]) -> UpstreamHistory:
     """The first release as one commit, then per release: each changed model file, then the rest."""
     history = build_upstream_history(dest, versions[:1], include=["vllm/"])
-    for previous, version in zip(versions, versions[1:]):
+    for previous, version in zip(versions, versions[1:], strict=False):
         before, after = python_files(upstream_source(previous)), python_files(upstream_source(version))
         changed = sorted(
             p
@@ -129,7 +129,8 @@ def main() -> None:
     )
     mine = {c.sha for c in listed.commits}
     print(
-        f"listed {listed.summary.total} commits touching them; first page {len(listed.commits)} with symbols and dependents"
+        f"listed {listed.summary.total} commits touching them; "
+        f"first page {len(listed.commits)} with symbols and dependents"
     )
     print(
         f"git log --follow finds {len(by_git)}: {len(mine - by_git)} listed only here, {len(by_git - mine)} only by git"

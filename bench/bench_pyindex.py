@@ -78,16 +78,20 @@ def main() -> None:
     floor = parse_floor(tree)
     cold, warm = ours_cold / theirs_cold, ours_warm / theirs_warm
     print(
-        f"vLLM {version}: {modules} modules indexed ({parsed} parsed cold, {reparsed} warm), {imports} imports; grimp saw {grimp_modules}"
+        f"vLLM {version}: {modules} modules indexed ({parsed} parsed cold, {reparsed} warm), {imports} imports; "
+        f"grimp saw {grimp_modules}"
     )
     print(
-        f"index cold {ours_cold:6.2f} s   grimp cold {theirs_cold:6.2f} s   ratio {cold:5.1f}x ({verdict(cold, COLD_TARGET)})"
+        f"index cold {ours_cold:6.2f} s   grimp cold {theirs_cold:6.2f} s   "
+        f"ratio {cold:5.1f}x ({verdict(cold, COLD_TARGET)})"
     )
     print(
-        f"index warm {ours_warm:6.2f} s   grimp warm {theirs_warm:6.2f} s   ratio {warm:5.1f}x ({verdict(warm, WARM_TARGET)})"
+        f"index warm {ours_warm:6.2f} s   grimp warm {theirs_warm:6.2f} s   "
+        f"ratio {warm:5.1f}x ({verdict(warm, WARM_TARGET)})"
     )
     print(
-        f"ast.parse alone, 2 processes {floor:6.2f} s = {floor / theirs_cold:4.1f}x grimp cold (the floor of an ast-based cold index)"
+        f"ast.parse alone, 2 processes {floor:6.2f} s = {floor / theirs_cold:4.1f}x grimp cold "
+        "(the floor of an ast-based cold index)"
     )
 
 

@@ -21,17 +21,21 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-from vllm_metax_mcp.core.trim.plan import make_plan
-from vllm_metax_mcp.tools.plan_trim import gather, trim_request
+from pydantic import TypeAdapter
+
+from vllm_metax_mcp.core.foundation.jobs import JobHandle
+from vllm_metax_mcp.core.trim.real import RealTrimJob
 from vllm_metax_mcp.tools.spec import Runtime, ToolEnv
-from vllm_metax_mcp.tools.trim_model import TrimModelInput, real_trim_spec
+from vllm_metax_mcp.tools.trim_model import TrimModelInput, trim_model
 
 LAYERS = 8
 KEPT = [0, 1, 2, 3]
 CHILD = """
 import json, sys, time
-from vllm_metax_mcp.core.trim.real import run_job
+from pydantic import TypeAdapter
+from vllm_metax_mcp.core.trim.real import RealTrimJob, run_job
 
 class Phases:
     def __init__(self):
@@ -40,10 +44,10 @@ class Phases:
         if done == 0 and message:
             self.starts.append((message, time.perf_counter()))
 
-spec = json.load(open(sys.argv[1]))
+job = TypeAdapter(RealTrimJob).validate_json(open(sys.argv[1]).read())
 phases = Phases()
 start = time.perf_counter()
-run_job(spec, phases)
+run_job(job, phases)
 end = time.perf_counter()
 marks = phases.starts + [("end", end)]
 durations = {marks[i][0]: marks[i + 1][1] - marks[i][1] for i in range(len(marks) - 1)}
@@ -116,15 +120,28 @@ def raw_copy(source: Path, target: Path, nbytes: int) -> float:
     return elapsed * nbytes / copied
 
 
+class _Captured:
+    """A job table that keeps the payload instead of starting a worker: the bench runs the job itself."""
+
+    def __init__(self) -> None:
+        self.payload: RealTrimJob | None = None
+
+    def start(self, tool: str, target: str, payload: RealTrimJob, scratch: Any = None) -> JobHandle:
+        self.payload = payload
+        return JobHandle("j-0000000000000000")
+
+
 def trim_in_child(root: Path) -> tuple[dict, int]:
+    """The tool's own call (every check, the payload) with the job run in a child process, as a worker would."""
     args = TrimModelInput(model="source", output="trimmed", output_mode="real", layers=KEPT)
-    env = ToolEnv(runtime=Runtime.create([str(root)], state_dir=str(root / ".state")), tool="trim_model")
-    evidence, source = gather(args, env)
-    plan = make_plan(source, trim_request(args))
-    spec = real_trim_spec(args, env, evidence, source, plan, env.policy.writable(args.output))
-    spec_path = root / "spec.json"
-    spec_path.write_text(json.dumps(spec))
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(spec_path)], capture_output=True, text=True, check=True)
+    runtime = Runtime.create([str(root)], state_dir=str(root / ".state"))
+    captured = _Captured()
+    runtime.jobs = captured  # type: ignore[assignment]
+    trim_model(args, ToolEnv(runtime=runtime, tool="trim_model"))
+    assert captured.payload is not None
+    job_path = root / "job.json"
+    job_path.write_bytes(TypeAdapter(RealTrimJob).dump_json(captured.payload))
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(job_path)], capture_output=True, text=True, check=True)
     peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     return json.loads(proc.stdout.strip().splitlines()[-1]), peak_kib * 1024
 
@@ -142,14 +159,17 @@ def main() -> None:
         copy_s = phases["copying tensor bytes"]
         gbps = lambda s: retained / s / 1e9  # noqa: E731
         print(
-            f"checkpoint {gib:.1f} GiB, retained {retained / 2**30:.2f} GiB, largest shard {shard_bytes / 2**30:.2f} GiB"
+            f"checkpoint {gib:.1f} GiB, retained {retained / 2**30:.2f} GiB, "
+            f"largest shard {shard_bytes / 2**30:.2f} GiB"
         )
         print(f"raw copy (shutil.copyfile)       {reference:7.2f} s  {gbps(reference):6.2f} GB/s")
         print(
-            f"trim: copy phase                 {copy_s:7.2f} s  {gbps(copy_s):6.2f} GB/s  ratio {reference / copy_s:.2f} (target >= 0.8)"
+            f"trim: copy phase                 {copy_s:7.2f} s  {gbps(copy_s):6.2f} GB/s  "
+            f"ratio {reference / copy_s:.2f} (target >= 0.8)"
         )
+        total = result["total"]
         print(
-            f"trim: whole job                  {result['total']:7.2f} s  {gbps(result['total']):6.2f} GB/s  ratio {reference / result['total']:.2f}"
+            f"trim: whole job                  {total:7.2f} s  {gbps(total):6.2f} GB/s  ratio {reference / total:.2f}"
         )
         for phase, seconds in phases.items():
             print(f"   {phase:<45} {seconds:7.2f} s")

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import anyio
 from mcp import Client, StdioServerParameters
@@ -23,9 +24,12 @@ PLUGIN_FILES = {
     "vllm_metax/models/__init__.py": (
         "from vllm import ModelRegistry\n\n\n"
         "def register_model():\n"
-        '    ModelRegistry.register_model("DeepseekV2ForCausalLM", "vllm_metax.models.deepseek_v2:DeepseekV2ForCausalLM")\n'
+        '    ModelRegistry.register_model("DeepseekV2ForCausalLM", '
+        '"vllm_metax.models.deepseek_v2:DeepseekV2ForCausalLM")\n'
     ),
-    "vllm_metax/models/deepseek_v2.py": "class DeepseekV2ForCausalLM:\n    dtype = 'bfloat16'  # MetaX: keep the BF16 path\n",
+    "vllm_metax/models/deepseek_v2.py": (
+        "class DeepseekV2ForCausalLM:\n    dtype = 'bfloat16'  # MetaX: keep the BF16 path\n"
+    ),
     "AGENTS.md": "Read docs/developer_guide.md before changing models.\n",
 }
 REGISTRY = '_TEXT_GENERATION_MODELS = {"DeepseekV2ForCausalLM": ("deepseek_v2", "DeepseekV2ForCausalLM")}\n'
@@ -119,6 +123,61 @@ def summarise(name: str, result) -> None:
     print(json.dumps(compact(body), indent=1) if not isinstance(body, str) else body)
 
 
+def demo_calls() -> list[tuple[str, str, dict[str, Any]]]:
+    """The calls the demo makes, in the order of the upgrade workflow: (title, tool, arguments)."""
+    plugin = {"plugin_repo": "vllm-metax"}
+    return [
+        ("environment show", "environment", {**plugin, "action": "show"}),
+        (
+            "environment establish",
+            "environment",
+            {
+                **plugin,
+                "action": "establish",
+                "subject": "index",
+                "upstream": "vllm",
+                "target": "v0.2.0",
+                "python": sys.executable,
+            },
+        ),
+        (
+            "environment confirm",
+            "environment",
+            {**plugin, "action": "confirm", "upstream": "vllm", "target": "v0.2.0"},
+        ),
+        ("diff_model of the staged model", "diff_model", {**plugin, "subject": "index", "detail": "symbols"}),
+        (
+            "trace_dependency from the registration",
+            "trace_dependency",
+            {**plugin, "arch": "DeepseekV2ForCausalLM", "limit": 5},
+        ),
+        ("audit_commits of the release range", "audit_commits", {**plugin, "action": "list", "base": "v0.1.0"}),
+        ("inspect_config of the tiny model", "inspect_config", {**plugin, "model": "tiny-model"}),
+        ("plan_trim of the tiny model", "plan_trim", {**plugin, "model": "tiny-model"}),
+        (
+            "trim_model (dummy)",
+            "trim_model",
+            {**plugin, "model": "tiny-model", "output": "tiny-trimmed", "output_mode": "dummy"},
+        ),
+        (
+            "trim_model (real weights: copied, verified, extract.py proven)",
+            "trim_model",
+            {**plugin, "model": "tiny-model", "output": "tiny-trimmed-real", "output_mode": "real"},
+        ),
+        (
+            "export_snapshot of the staged index",
+            "export_snapshot",
+            {**plugin, "subject": "index", "output": "staged-snapshot"},
+        ),
+        (
+            "run_smoke_test (needs a vLLM in the recorded interpreter)",
+            "run_smoke_test",
+            {**plugin, "model": "tiny-trimmed"},
+        ),
+        ("jobs", "jobs", {"action": "list"}),
+    ]
+
+
 async def drive(paths: dict[str, Path], state: Path) -> None:
     script = Path(sys.executable).parent / "vllm-metax-mcp"
     command = [str(script)] if script.exists() else [sys.executable, "-m", "vllm_metax_mcp"]
@@ -139,58 +198,7 @@ async def drive(paths: dict[str, Path], state: Path) -> None:
     async with Client(params) as client:
         tools = await client.list_tools()
         print("tools:", ", ".join(f"{t.name} (read-only={t.annotations.read_only_hint})" for t in tools.tools))
-        plugin = {"plugin_repo": "vllm-metax"}
-        calls = [
-            ("environment show", "environment", {**plugin, "action": "show"}),
-            (
-                "environment establish",
-                "environment",
-                {
-                    **plugin,
-                    "action": "establish",
-                    "subject": "index",
-                    "upstream": "vllm",
-                    "target": "v0.2.0",
-                    "python": sys.executable,
-                },
-            ),
-            (
-                "environment confirm",
-                "environment",
-                {**plugin, "action": "confirm", "upstream": "vllm", "target": "v0.2.0"},
-            ),
-            ("diff_model of the staged model", "diff_model", {**plugin, "subject": "index", "detail": "symbols"}),
-            (
-                "trace_dependency from the registration",
-                "trace_dependency",
-                {**plugin, "arch": "DeepseekV2ForCausalLM", "limit": 5},
-            ),
-            ("audit_commits of the release range", "audit_commits", {**plugin, "action": "list", "base": "v0.1.0"}),
-            ("inspect_config of the tiny model", "inspect_config", {**plugin, "model": "tiny-model"}),
-            ("plan_trim of the tiny model", "plan_trim", {**plugin, "model": "tiny-model"}),
-            (
-                "trim_model (dummy)",
-                "trim_model",
-                {**plugin, "model": "tiny-model", "output": "tiny-trimmed", "output_mode": "dummy"},
-            ),
-            (
-                "trim_model (real weights: copied, verified, extract.py proven)",
-                "trim_model",
-                {**plugin, "model": "tiny-model", "output": "tiny-trimmed-real", "output_mode": "real"},
-            ),
-            (
-                "export_snapshot of the staged index",
-                "export_snapshot",
-                {**plugin, "subject": "index", "output": "staged-snapshot"},
-            ),
-            (
-                "run_smoke_test (needs a vLLM in the recorded interpreter)",
-                "run_smoke_test",
-                {**plugin, "model": "tiny-trimmed"},
-            ),
-            ("jobs", "jobs", {"action": "list"}),
-        ]
-        for title, tool, arguments in calls:
+        for title, tool, arguments in demo_calls():
             summarise(title, await client.call_tool(tool, arguments))
         staged = (paths["plugin"].parent / "staged-snapshot/vllm_metax/models/deepseek_v2.py").read_text()
         print("\nexported staged file:", staged.strip().splitlines()[-1])

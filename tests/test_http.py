@@ -97,12 +97,14 @@ def test_http_requires_the_bearer_token_and_serves_the_sdk_client(http_server) -
     assert post_status(url, {"Authorization": TOKEN}) == 401
 
     async def main() -> list[str]:
-        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as http:
-            async with Client(streamable_http_client(url, http_client=http)) as client:
-                tools = [tool.name for tool in (await client.list_tools()).tools]
-                result = await client.call_tool("jobs", {"action": "list"})
-                assert not result.is_error and result.structured_content["total"] == 0
-                return tools
+        async with (
+            httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as http,
+            Client(streamable_http_client(url, http_client=http)) as client,
+        ):
+            tools = [tool.name for tool in (await client.list_tools()).tools]
+            result = await client.call_tool("jobs", {"action": "list"})
+            assert not result.is_error and result.structured_content["total"] == 0
+            return tools
 
     assert "jobs" in anyio.run(main)
     assert proc.poll() is None

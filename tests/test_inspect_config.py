@@ -571,7 +571,8 @@ def test_small_real_safetensors_checkpoint(tmp_path: Path) -> None:
 
     for shard in shards:  # the hand-written files are real safetensors: the library reads them
         with safe_open(model / shard, "numpy") as handle:
-            for name in handle.keys():
+            names = handle.keys()  # a safetensors handle, not a dict: it has no iteration of its own
+            for name in names:
                 piece = handle.get_slice(name)
                 assert (piece.get_dtype(), piece.get_shape()) == (tensors[name][0], tensors[name][1])
     result = inspect(tmp_path, {"model": "m"})
@@ -863,7 +864,7 @@ def test_constructed_layer_types_are_checked_against_the_raw_rules() -> None:
     assert constructed_findings(layout, built) == []
     wrong = ["full_attention"] * 26
     built = view(fixture("gemma3"), {"target": {"class": "x:Y", "dict": fixture("gemma3") | {"layer_types": wrong}}})
-    assert [f[1] for f in constructed_findings(layout, built)] == ["layer_types_disagree"]
+    assert [f.code for f in constructed_findings(layout, built)] == ["layer_types_disagree"]
     other = view(
         fixture("gemma3"),
         {"target": {"class": "x:Y", "dict": fixture("gemma3") | {"layer_types": ["indexed_attention"] * 26}}},

@@ -60,13 +60,15 @@ SAMPLE = textwrap.dedent(
     text = "import not_an_import"  # import in a comment
 
     @torch.compile(dynamic=True)
-    def helper(x: torch.Tensor, /, y: int | None = None, *args: str, flag: bool = True, **kw: dict[str, list[int]]) -> tuple[int, ...]:
+    def helper(x: torch.Tensor, /, y: int | None = None, *args: str, flag: bool = True, \
+**kw: dict[str, list[int]]) -> tuple[int, ...]:
         """Docstring."""
         import lazy_one
         total = torch.ops._C.rms_norm(x) + torch.ops.vllm.custom(y)
         return [v for v in gen()] if (n := len(args)) else {k: w for k, w in kw.items()}
 
-    async def odd(a=(1,), b=-1, c=1.5, d=1e999, e=lambda q: q, f=b"\\x00", g=..., *, h=[x for x in range(3)]) -> "Forward":
+    async def odd(a=(1,), b=-1, c=1.5, d=1e999, e=lambda q: q, f=b"\\x00", g=..., \
+*, h=[x for x in range(3)]) -> "Forward":
         global counter
         await thing(*a, **{"k": b}, items=[v async for v in agen()])
         print(f"{a!r:>{b}} {torch.ops.other.op}")
@@ -108,12 +110,14 @@ SAMPLE = textwrap.dedent(
 
 SIGNATURES = textwrap.dedent(
     """
-    def a(x: tuple[int,] = (), y: t[()] = -1, *, z: 'q"x' = b'\\x00', w=u'u', v: p | (q | r) = 1.5, u=-n, s=[1, [2]], **k: dict[str, list[int | None]]) -> int | None: ...
+    def a(x: tuple[int,] = (), y: t[()] = -1, *, z: 'q"x' = b'\\x00', w=u'u', v: p | (q | r) = 1.5, u=-n, \
+s=[1, [2]], **k: dict[str, list[int | None]]) -> int | None: ...
     def b(p, q=1, /, r=2, *s: int, t, u=3, **v): ...
     def c(*, a): ...
     def d(a, /): ...
     def e(x: Callable[[int, str], None] = ..., y: float = 1e999, z=True, n=None, m=0x10, f=float('nan')) -> 'A': ...
-    def f(a: x.y.z[a.b, c] = (1, 2), b: x[1:2] = {1: 2}, c=(), d=(1,), e=lambda: 0, g=a if b else c, h=not_a.call()) -> x[...]: ...
+    def f(a: x.y.z[a.b, c] = (1, 2), b: x[1:2] = {1: 2}, c=(), d=(1,), e=lambda: 0, g=a if b else c, \
+h=not_a.call()) -> x[...]: ...
     def g(a: 'it''s' = "\\n", b=2 ** 8, c=-(1), d=+1, e=~1, f=1 | 2, g=(*a, 1)) -> None: ...
     """
 )
@@ -226,7 +230,7 @@ def test_module_uses_and_torch_ops_follow_ast_walk() -> None:
 
 def test_signatures_are_written_as_ast_unparse_writes_them() -> None:
     record = scan_source(SIGNATURES.encode())
-    for node, definition in zip(_functions(ast.parse(SIGNATURES)), record.definitions):
+    for node, definition in zip(_functions(ast.parse(SIGNATURES)), record.definitions, strict=True):
         expected = f"({ast.unparse(node.args)})" + (f" -> {ast.unparse(node.returns)}" if node.returns else "")
         assert definition.signature == expected, node.name
     sample = scan_source(SAMPLE.encode())
@@ -262,7 +266,8 @@ def _plain_tree(top: Path, count: int) -> dict[str, str]:
     files = {"pkg/__init__.py": "from .mod0 import Thing as Thing\n"}
     for number in range(count):
         files[f"pkg/mod{number}.py"] = (
-            f"import os\nfrom . import mod{(number + 1) % count}\n\nclass Thing{number}(Base):\n    def run(self, n: int = {number}) -> int:\n        return n\n"
+            f"import os\nfrom . import mod{(number + 1) % count}\n\n"
+            f"class Thing{number}(Base):\n    def run(self, n: int = {number}) -> int:\n        return n\n"
         )
     files["pkg/mod0.py"] += "class Thing:\n    pass\n"
     files["pkg/bad.py"] = "def broken(:\n"

@@ -17,11 +17,8 @@ from helpers import git, make_repo, plain_git_env, snapshot
 
 from vllm_metax_mcp.core.foundation.errors import ErrorCode, ToolFailure
 from vllm_metax_mcp.core.foundation.policy import Policy
-from vllm_metax_mcp.core.sources.git import (
-    READ_ONLY_SUBCOMMANDS,
-    Repository,
-    open_repository,
-)
+from vllm_metax_mcp.core.sources.git import Repository, open_repository
+from vllm_metax_mcp.core.sources.git_runner import READ_ONLY_SUBCOMMANDS
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -31,17 +31,9 @@ from mcp import Client
 
 from vllm_metax_mcp.core.foundation.errors import ErrorCode, ToolFailure
 from vllm_metax_mcp.core.foundation.policy import Policy
-from vllm_metax_mcp.core.sources.git import (
-    NEUTRALISING_CONFIG,
-    OVERRIDDEN,
-    PROGRAM_KEYS,
-    REFUSED,
-    TRANSPORTS,
-    hardened_env,
-    open_repository,
-    parse_alternates,
-    run_git,
-)
+from vllm_metax_mcp.core.sources.git import open_repository
+from vllm_metax_mcp.core.sources.git_guard import OVERRIDDEN, PROGRAM_KEYS, REFUSED, parse_alternates
+from vllm_metax_mcp.core.sources.git_runner import NEUTRALISING_CONFIG, TRANSPORTS, hardened_env, run_git
 from vllm_metax_mcp.core.sources.subjects import RevisionSubject
 from vllm_metax_mcp.server.app import build_server
 from vllm_metax_mcp.tools.spec import Runtime
@@ -331,7 +323,9 @@ def test_fetching_repository_is_refused_through_mcp_in_both_modes(variant: str, 
     root, _repo, canary = fetching_repo(tmp_path, variant)
     before = tree_hashes(root)
     for mode in MODES:
-        for (tool, arguments), (answer, _) in zip(tool_calls(), call_mcp(tmp_path, root, mode, tool_calls())):
+        for (tool, arguments), (answer, _) in zip(
+            tool_calls(), call_mcp(tmp_path, root, mode, tool_calls()), strict=True
+        ):
             assert not canary.exists(), f"{variant}: {mode} {tool} ran the remote's command"
             assert_refused(answer, "bad_input", ("promisor", "partialclone"), tmp_path, f"{mode} {tool} {arguments}")
     assert tree_hashes(root) == before, "a refused call changed the repository"
@@ -481,7 +475,7 @@ def test_alternates_outside_the_roots_are_refused_through_mcp_in_both_modes(vari
     before = tree_hashes(root, outside)
     for mode in MODES:
         for (tool, arguments), (answer, text) in zip(
-            alternate_calls(), call_mcp(tmp_path, root, mode, alternate_calls())
+            alternate_calls(), call_mcp(tmp_path, root, mode, alternate_calls()), strict=True
         ):
             assert SECRET not in text, f"{variant}: {mode} {tool} leaked the outside repository's content"
             assert_refused(answer, "outside_roots", ("object store",), tmp_path, f"{mode} {tool} {arguments}")

@@ -3,9 +3,9 @@
 A canary file lives outside the read roots; each variant spells a way to reach it from a value
 passed to the launched vLLM server (a `{` in the value, `tmp/../../`, `..` deep inside JSON, env
 values, `~` and `~user`, `file:` URLs, a symlink inside the roots, `$VAR` references that expand
-to a path outside or to nothing known). Each must be refused before anything is launched (no job, no run directory), with the caller's own spelling in the message, and the
-canary's content nowhere: not in the reply, not in the state directory. Legitimate text (hub ids,
-inline templates, numbers, dtype names, JSON with plain strings) still passes. In review mode a value
+to a path outside or to nothing known). Each must be refused before anything is launched (no job, no
+run directory), with the caller's own spelling in the message, and the canary's content nowhere: not
+in the reply, not in the state directory. Legitimate text (hub ids, inline templates, numbers, dtype names, JSON with plain strings) still passes. In review mode a value
 that may name where the launched server writes (any env value, a plain option, --compilation-config)
 may not name a path in a read root either, though edit mode passes it; --download-dir is refused in
 both (not on the allow-list).
@@ -516,7 +516,7 @@ def test_mcp_client_refuses_every_variant_before_any_launch(
     monkeypatch.delenv(UNSET, raising=False)
     variants = refusals(world) + (review_only(world) if mode == "review" else [])
     calls = [smoke_call(world, mode, arguments) for _, arguments, _ in variants]
-    for (label, _, code), call, result in zip(variants, calls, mcp_calls(world, mode, calls)):
+    for (label, _, code), call, result in zip(variants, calls, mcp_calls(world, mode, calls), strict=True):
         assert result.is_error, (label, result.content)
         (content,) = result.content
         error = json.loads(content.text)["error"]

@@ -1036,10 +1036,7 @@ REVIEWED_READS = {
         "output_fingerprint",
     ): "the same marker, hashed (never shown) to compare with the state's record; O_NOFOLLOW",
     # this package's own files
-    ("core/checkpoint/construct.py", "run_construct"): "package file (the construction script)",
-    ("core/sources/environment.py", "run_probe"): "package file (the probe script)",
-    ("core/trace/kernels.py", "probe_ops"): "package file (the op probe script)",
-    ("core/trim/real.py", "script_text"): "package file (the extract.py template)",
+    ("core/target/__init__.py", "script_source"): "package file (a target script: probe, op probe, construct, extract)",
     ("prompts/__init__.py", "template"): "package file",
     ("resources/__init__.py", "text"): "package file",
     # the server's state directory, its runs and jobs, /proc
@@ -1052,10 +1049,10 @@ REVIEWED_READS = {
     ("core/foundation/jobs.py", "start"): "the job's log in the state directory",
     ("core/foundation/jobs.py", "processes_of_job"): "/proc",
     ("core/foundation/jobs.py", "_alive"): "/proc",
-    ("core/smoke/run.py", "_stat_fields"): "/proc",
-    ("core/smoke/run.py", "processes_of"): "/proc",
-    ("core/smoke/run.py", "read_log"): "the run's log in the state directory",
-    ("core/smoke/run.py", "execute"): "the run's log in the state directory",
+    ("core/smoke/processes.py", "_stat_fields"): "/proc",
+    ("core/smoke/processes.py", "processes_of"): "/proc",
+    ("core/smoke/evidence.py", "read_log"): "the run's log in the state directory",
+    ("core/smoke/run.py", "serve"): "the run's log in the state directory",
     ("core/target/serve_wrapper.py", "write_report"): "writes its report into the run directory",
     ("core/target/op_probe.py", "mapped_files"): "runs in the target interpreter: /proc/self/maps",
     # plugin and upstream trees: resolved inside a root, links leaving the tree skipped
@@ -1063,7 +1060,7 @@ REVIEWED_READS = {
     ("core/sources/subjects.py", "_read_many"): "a file-system subject's entry; links leaving the subject are skipped",
     ("core/checkpoint/consumers.py", "directory_tree"): "a source tree's .py file; links leaving the tree are skipped",
     (
-        "core/sources/git.py",
+        "core/sources/git_guard.py",
         "_object_dir",
     ): "alternates of a git dir checked inside the roots; a link there and every entry are checked",
     # checkpoints: paths resolved by policy.readable before these run
@@ -1074,10 +1071,10 @@ REVIEWED_READS = {
     ("core/trim/assets.py", "copy_assets"): "reads through policy.open_readable; opens only its new output file",
     ("core/trim/real.py", "_verify_shard"): "the job's own staging output",
     ("core/trim/real.py", "_same_file"): "the job's staging and reproduction outputs",
-    ("core/smoke/run.py", "_image_url"): "a case image run_smoke_test resolved with policy.readable",
-    ("tools/run_smoke_test.py", "_fingerprint"): "the model directory, after policy.readable_entries",
-    ("tools/run_smoke_test.py", "_validates_trim"): "the model directory, after policy.readable_entries",
-    ("tools/run_smoke_test.py", "run_smoke_test"): "the model directory, after policy.readable_entries",
+    ("core/smoke/answers.py", "_image_url"): "a case image run_smoke_test resolved with policy.readable",
+    ("core/smoke/plan.py", "_identity"): "the model directory, after policy.readable_entries",
+    ("core/smoke/plan.py", "_validates_trim"): "the model directory, after policy.readable_entries",
+    ("core/smoke/plan.py", "plan_smoke_test"): "the model directory, after policy.readable_entries",
 }
 
 

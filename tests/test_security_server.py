@@ -31,6 +31,7 @@ from vllm_metax_mcp.core.foundation.safe_load import (
     load_json_bounded,
     load_yaml_bounded,
 )
+from vllm_metax_mcp.core.sources.environment import EnvironmentRecord
 from vllm_metax_mcp.core.sources.interpreters import Interpreters
 from vllm_metax_mcp.core.trace.checks import probe_target
 from vllm_metax_mcp.server.app import build_server
@@ -185,7 +186,7 @@ def test_a_record_made_in_edit_mode_does_not_run_in_review_mode(ws: dict[str, Pa
     assert smoke.code is ErrorCode.REVIEW_MODE and "environment record" in smoke.message
     inspected = call(review, "inspect_config", {"model": "model", "plugin_repo": "plugin", "construct": True})
     assert any("cannot run" in gap for gap in inspected.evidence_gaps), inspected.evidence_gaps
-    record = json.loads(next((ws["state"] / "environments").iterdir()).read_text())
+    record = EnvironmentRecord.from_json(json.loads(next((ws["state"] / "environments").iterdir()).read_text()))
     probe = probe_target(None, review.policy, review.interpreters, record, True)
     assert probe.python is None and "did not allow" in (probe.gap or "")
     smoke_mcp, inspect_mcp = mcp_calls(

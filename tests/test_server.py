@@ -239,7 +239,7 @@ def test_tool_failures_are_json_errors_without_traceback_or_state_paths(mode: st
     async def body(client: Client) -> list[Any]:
         return [await client.call_tool(name, args) for name, args, _ in calls]
 
-    for (name, _, code), result in zip(calls, run_client(server, mode, body)):
+    for (name, _, code), result in zip(calls, run_client(server, mode, body), strict=True):
         error = error_body(result)
         assert error["code"] == code, (name, error)
         text = result.content[0].text

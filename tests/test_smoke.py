@@ -26,7 +26,7 @@ from vllm_metax_mcp.core.foundation import jobs as jobs_module
 from vllm_metax_mcp.core.foundation.errors import ErrorCode, ToolFailure
 from vllm_metax_mcp.core.smoke import devices
 from vllm_metax_mcp.core.smoke.launch_rules import check_serve_args, lift_owned_args
-from vllm_metax_mcp.core.smoke.run import SMOKE_MARKER_ENV
+from vllm_metax_mcp.core.smoke.processes import SMOKE_MARKER_ENV
 from vllm_metax_mcp.core.sources.git import open_repository
 from vllm_metax_mcp.core.sources.subjects import IndexSubject
 from vllm_metax_mcp.core.trim.cases import (

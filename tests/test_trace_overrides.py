@@ -186,7 +186,8 @@ def maca_norm(out, x, weight, eps):
     return out
 
 
-def merge_states(output, output_lse, prefix_output, prefix_lse, suffix_output, suffix_lse, output_scale, prefill_tokens_with_context):
+def merge_states(output, output_lse, prefix_output, prefix_lse, suffix_output, suffix_lse, output_scale, \
+prefill_tokens_with_context):
     num_tokens, num_query_heads, head_size = output.shape
     merge_attn_states_kernel[(num_tokens, num_query_heads)](
         output,

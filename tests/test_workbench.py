@@ -92,7 +92,7 @@ def _assert_only_maca_edit(upstream_text: str, plugin_text: str, overrides: dict
             inserted += loc[j1:j2]
             continue
         assert i2 - i1 == j2 - j1, (up[i1:i2], loc[j1:j2])
-        for old, new in zip(up[i1:i2], loc[j1:j2]):
+        for old, new in zip(up[i1:i2], loc[j1:j2], strict=True):
             back = new
             for upstream_mod, local_mod in overrides.items():
                 back = back.replace(f" {local_mod} ", f" {upstream_mod} ").replace(
@@ -126,7 +126,7 @@ def _fake_wheel(wheels: Path, version: str) -> Path:
     wheels.mkdir(parents=True, exist_ok=True)
     wheel = wheels / f"vllm-{version}-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as zf:
-        zf.writestr("vllm/__init__.py", "__version__ = %r\n" % version)
+        zf.writestr("vllm/__init__.py", f"__version__ = {version!r}\n")
         zf.writestr("vllm/models/x/__init__.py", "")
         zf.writestr("vllm/_C.abi3.so", b"\0")
         zf.writestr("vllm/models/x/README.md", "no")
@@ -364,7 +364,7 @@ def test_real_plugin_repo(tmp_path: Path, upstream_026: Path) -> None:
     upstream_text = (upstream_026 / files[local]).read_text()
     plugin_text = (repo / local).read_text()
     assert plugin_text == default_maca_edit(files)(local, upstream_text)
-    overrides = {workbench.module_name(u): workbench.module_name(l) for l, u in files.items()}
+    overrides = {workbench.module_name(u): workbench.module_name(local) for local, u in files.items()}
     assert _assert_only_maca_edit(upstream_text, plugin_text, overrides) == 2
     assert "from vllm_metax.models.deepseek_v4.attention import DeepseekV4Attention" in plugin_text
     assert "from vllm_metax.models.deepseek_v4.flashmla import DeepseekV4FlashMLAAttention" in plugin_text

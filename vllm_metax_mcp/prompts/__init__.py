@@ -9,7 +9,6 @@ module; tool mentions follow the guides' convention and are checked against the 
 from __future__ import annotations
 
 from importlib import resources as package_files
-from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 
@@ -34,24 +33,24 @@ def known_environment(runtime: Runtime, plugin_repo: str) -> str:
             "- No environment record yet: call `environment(action=establish, plugin_repo, subject, upstream, "
             "target, python)` first, then ask the user to confirm the upstream and target."
         )
-    upstream: dict[str, Any] = record.get("upstream") or {}
-    modules = record.get("probe", {}).get("modules", {})
-    versions = ", ".join(f"{name} {info.get('version') or 'not importable'}" for name, info in sorted(modules.items()))
-    confirmation = record.get("confirmation")
+    upstream = record.upstream
+    modules = record.probe.modules
+    versions = ", ".join(f"{name} {info.version or 'not importable'}" for name, info in sorted(modules.items()))
+    confirmation = record.confirmation
     lines = [
-        f"- Interpreter: {record.get('python')} ({versions})",
-        f"- Runtime imports vllm_metax from: {record.get('runtime_source')}",
-        f"- Upstream: {upstream.get('path', 'none recorded')}"
-        + (f" at {upstream['target']} ({upstream['target_commit'][:12]})" if upstream.get("target_commit") else ""),
+        f"- Interpreter: {record.python} ({versions})",
+        f"- Runtime imports vllm_metax from: {record.runtime_source}",
+        f"- Upstream: {upstream.path if upstream else 'none recorded'}"
+        + (f" at {upstream.target} ({upstream.target_commit[:12]})" if upstream and upstream.target_commit else ""),
         "- Target confirmed: "
         + (
-            f"yes, by the {confirmation['confirmed_by']}; do not ask again"
+            f"yes, by the {confirmation.confirmed_by}; do not ask again"
             if confirmation
             else "no: ask the user once, then `environment(action=confirm, upstream, target)`"
         ),
     ]
-    if record.get("instruction_files"):
-        lines.append("- Read first: " + ", ".join(record["instruction_files"]))
+    if record.instruction_files:
+        lines.append("- Read first: " + ", ".join(record.instruction_files))
     return "\n".join(lines)
 
 

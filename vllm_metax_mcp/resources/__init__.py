@@ -80,6 +80,7 @@ def _json(document: object | None, what: str) -> str:
 
 
 def register_resources(server: MCPServer, runtime: Runtime) -> None:
+    """The guides as static resources, the server's records as templates read from its state directory."""
     for guide in GUIDES:
         server.add_resource(
             TextResource(
@@ -91,7 +92,10 @@ def register_resources(server: MCPServer, runtime: Runtime) -> None:
                 text=guide.text(),
             )
         )
+    _register_records(server, runtime)
 
+
+def _register_records(server: MCPServer, runtime: Runtime) -> None:
     @server.resource(
         f"{SCHEME}://environments/{{record_id}}",
         name="environment-record",
@@ -134,7 +138,8 @@ def register_resources(server: MCPServer, runtime: Runtime) -> None:
         f"{SCHEME}://ledgers/{{ledger_id}}",
         name="audit-ledger",
         mime_type="application/json",
-        description="An audit_commits ledger (ledger_id from audit_commits.ledger_id): decisions, baseline, annotations.",
+        description="An audit_commits ledger (ledger_id from audit_commits.ledger_id): decisions, baseline, "
+        "annotations.",
     )
     def audit_ledger(ledger_id: str) -> str:
         if len(ledger_id) != 24 or not set(ledger_id) <= set("0123456789abcdef"):

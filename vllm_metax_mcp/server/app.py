@@ -19,6 +19,7 @@ from mcp.server.mcpserver import (
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
+from pydantic.fields import FieldInfo
 
 from .. import __version__
 from ..core.foundation.errors import ErrorCode, ToolFailure
@@ -27,7 +28,7 @@ from ..prompts import register_prompts
 from ..resources import register_resources
 from ..tools import ALL_TOOLS, served_tools
 from ..tools.dispatch import invoke, parse_input
-from ..tools.spec import Runtime, ToolEnv, ToolSpec
+from ..tools.spec import Runtime, ToolEnv, ToolSpec, UserAnswer
 
 log = logging.getLogger("vllm_metax_mcp")
 
@@ -95,12 +96,17 @@ def _question_resolver(spec: ToolSpec, runtime: Runtime):
     return ask
 
 
-def _user_answer(outcome: Any) -> str:
+def _user_answer(outcome: Any) -> UserAnswer:
     if isinstance(outcome, AcceptedElicitation):
         if isinstance(outcome.data, Confirmation):
             return "accepted" if outcome.data.confirm else "declined"
         return "not_asked"
     return "declined"
+
+
+def _field_metadata(info: FieldInfo) -> tuple[Any, ...]:
+    """A tool input field as `Annotated` arguments: its type, pydantic's constraints, its description."""
+    return (info.annotation, *info.metadata, Field(description=info.description))
 
 
 def _handler(spec: ToolSpec, runtime: Runtime):
@@ -122,7 +128,7 @@ def _handler(spec: ToolSpec, runtime: Runtime):
             name,
             inspect.Parameter.KEYWORD_ONLY,
             default=inspect.Parameter.empty if info.is_required() else info.get_default(call_default_factory=True),
-            annotation=Annotated[(info.annotation, *info.metadata, Field(description=info.description))],
+            annotation=Annotated[_field_metadata(info)],
         )
         for name, info in spec.input_model.model_fields.items()
     ]

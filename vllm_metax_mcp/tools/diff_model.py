@@ -2,46 +2,30 @@
 
 from __future__ import annotations
 
-from collections import Counter
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from ..core.code.module_index import RecordCache
-from ..core.code.plugin_facts import plugin_facts
-from ..core.code.registration import plugin_registrations
-from ..core.compare.matrix import DiffClass, MatrixRow, difference_matrix
-from ..core.compare.pairing import (
-    Pair,
-    Pairing,
-    Rule,
-    Status,
-    Trees,
-    build_trees,
-    pair_files,
-    paired_modules,
+from ..core.compare.classify import DiffClass
+from ..core.compare.describe import PairReport
+from ..core.compare.inputs import target_label
+from ..core.compare.matrix import MatrixChange, MatrixRow
+from ..core.compare.model_diff import (
+    DEFAULT_LIMITS,
+    MAX_DIFF_LINES,
+    MAX_PAIRS,
+    MAX_ROWS,
+    Detail,
+    ModelDiffRequest,
+    compare_models,
 )
-from ..core.compare.releases import (
-    MAX_RELEASES,
-    FileReleases,
-    PairingInputs,
-    Release,
-    closest_releases,
-    family_summaries,
-    resolve_releases,
-)
-from ..core.compare.symdiff import (
-    SymbolDiff,
-    diff_extension,
-    diff_symbols,
-    import_swaps,
-)
-from ..core.compare.textdiff import StatsCache, split_lines, unified_diff
-from ..core.foundation.errors import bad_input, not_found
+from ..core.compare.pairs import Rule, TargetKind
+from ..core.compare.releases import MAX_RELEASES
+from ..core.compare.symdiff import RenameHow, SymbolDiff
+from ..core.foundation.errors import bad_input
 from ..core.foundation.evidence import Evidence
 from ..core.foundation.policy import Effect
-from ..core.foundation.results import Page, inputs_fingerprint, paginate
-from ..core.sources.subjects import RevisionSubject, Subject, clean_path
+from ..core.foundation.results import inputs_fingerprint
 from .arguments import (
     UpstreamArgs,
     open_plugin_repo,
@@ -49,11 +33,6 @@ from .arguments import (
     open_upstream,
 )
 from .spec import ToolEnv, ToolOutput, ToolSpec
-
-DEFAULT_LIMITS = {"summary": 20, "symbols": 5, "releases": 20, "matrix": 15, "diff": 200}
-MAX_PAIRS = 500
-MAX_DIFF_LINES = 5000
-MAX_ROWS = 2000
 
 
 class DiffModelInput(UpstreamArgs):
@@ -72,7 +51,7 @@ class DiffModelInput(UpstreamArgs):
         "or directories containing vllm/. Each pair then gets its closest release (the newest with the fewest "
         "differing lines), the matrix's base.",
     )
-    detail: Literal["summary", "symbols", "releases", "matrix", "diff"] = Field(
+    detail: Detail = Field(
         default="summary",
         description="summary: pairs with status, rule, flags, stats; symbols: plus the symbol diff and import "
         "swaps; releases: pairs with differing lines per release and family summaries (needs releases); "
@@ -101,7 +80,7 @@ class Stats(BaseModel):
 class RenamedSymbol(BaseModel):
     local: str
     upstream: str
-    how: Literal["maca_prefix", "body", "subclass"]
+    how: RenameHow
     similarity: float = Field(description="Body similarity without the header line (0 for subclass links).")
 
 
@@ -169,13 +148,14 @@ class PairResult(BaseModel):
     )
     per_release: dict[str, int | None] = Field(
         default_factory=dict,
-        description="With releases: differing lines (added + removed) against each release's counterpart; null: none there.",
+        description="With releases: differing lines (added + removed) against each release's counterpart; "
+        "null: none there.",
     )
 
 
 class TargetOnly(BaseModel):
     upstream: str = Field(description="A file, or a directory (trailing /) standing for `files` files.")
-    kind: Literal["family", "branch", "shared", "other_platform", "unreferenced", "directory"]
+    kind: TargetKind
     files: int
     guard: str | None = Field(default=None, description="For other_platform: the dispatch condition that selects it.")
 
@@ -205,17 +185,7 @@ class MatrixEntry(BaseModel):
     )
     upstream: str | None = Field(description="Upstream path at the target.")
     upstream_symbol: str | None
-    change: Literal[
-        "added",
-        "removed",
-        "changed",
-        "renamed",
-        "subclass",
-        "import_swap",
-        "identical_file",
-        "removed_file",
-        "identical_override",
-    ]
+    change: MatrixChange
     proposed_class: DiffClass = Field(description="A proposal, never a decision.")
     also: list[str] = Field(default_factory=list, description="Other classes whose rules also applied.")
     upstream_changed: bool | None = Field(
@@ -259,27 +229,6 @@ class DiffModelOutput(ToolOutput):
     parsed: int = 0
 
 
-def _overrides(raw: dict[str, str | None], local_files: list[str]) -> dict[str, str | None]:
-    checked: dict[str, str | None] = {}
-    for local, upstream in raw.items():
-        path = clean_path(local)
-        if path not in local_files:
-            raise bad_input(
-                f"mapping_overrides names {local}, which is not a Python file under paths; use a path from a summary call."
-            )
-        checked[path] = clean_path(upstream) if upstream else None
-    return checked
-
-
-def _registrations(plugin: Subject, prefixes: list[str]) -> dict[str, tuple[int, int]]:
-    found: dict[str, tuple[int, int]] = {}
-    for prefix in prefixes:
-        for registration in plugin_registrations(plugin, prefix):
-            line, count = found.get(registration.path, (registration.line, 0))
-            found[registration.path] = (min(line, registration.line), count + 1)
-    return found
-
-
 def _symbols(diff: SymbolDiff) -> Symbols:
     return Symbols(
         added=diff.added,
@@ -291,89 +240,29 @@ def _symbols(diff: SymbolDiff) -> Symbols:
     )
 
 
-class _Describer:
-    """Turns core pairs into results: statistics (cached by blob pair), symbols and swaps on request."""
-
-    def __init__(self, trees: Trees, stats: StatsCache, pairs: list[Pair]) -> None:
-        self.trees = trees
-        self.stats = stats
-        self.paired = paired_modules(pairs)
-
-    def _error(self, pair: Pair) -> str | None:
-        sides = [("local", self.trees.local_modules.get(pair.local))]
-        if pair.upstream and pair.upstream in self.trees.upstream_files:
-            sides.append(("upstream", self.trees.upstream_modules.get(pair.upstream)))
-        problems = [
-            f"{side}: {module.record.error}" for side, module in sides if module is not None and module.record.error
-        ]
-        return "; ".join(problems) or None
-
-    def describe(self, pair: Pair, symbols: bool) -> PairResult:
-        result = PairResult(
-            local=pair.local,
-            upstream=pair.upstream,
-            status=pair.status.value,
-            rule=pair.rule.value,
-            confidence=pair.confidence,
-            flags=list(pair.flags),
-            evidence=list(pair.evidence),
-            candidates=[Candidate(**vars(c)) for c in pair.candidates],
-            error=self._error(pair),
-        )
-        if result.error:
-            result.flags.append("parse_error")
-        if pair.status not in (Status.CHANGED, Status.IDENTICAL) or pair.upstream is None:
-            return result
-        upstream_sha, local_sha = self.trees.upstream.sha(pair.upstream), self.trees.local.sha(pair.local)
-        line_stats = self.stats.get(upstream_sha, local_sha, lambda: self._texts(pair))
-        result.stats = Stats(**vars(line_stats))
-        if symbols and not result.error:
-            self._add_symbols(pair, result)
-        return result
-
-    def _texts(self, pair: Pair) -> tuple[bytes, bytes]:
-        assert pair.upstream is not None
-        return self.trees.upstream.read(pair.upstream), self.trees.local.read(pair.local)
-
-    def _add_symbols(self, pair: Pair, result: PairResult) -> None:
-        mine = self.trees.local_modules.get(pair.local)
-        theirs = self.trees.upstream_modules.get(pair.upstream or "")
-        if mine is None or theirs is None:
-            result.error = "not an importable module path: no symbol diff"
-            return
-        if pair.rule is Rule.SUBCLASS:
-            diff = diff_extension(mine.record, theirs.record, pair.extends)
-        else:
-            upstream_text, local_text = self._texts(pair)
-            diff = diff_symbols(mine.record, theirs.record, split_lines(local_text), split_lines(upstream_text))
-        result.symbols = _symbols(diff)
-        result.import_swaps = [
-            ImportSwap(**vars(s)) for s in import_swaps(mine, theirs, "vllm_metax", "vllm", self.paired)
-        ]
-
-    def diff_lines(self, pair: Pair) -> list[str]:
-        if pair.upstream is None or pair.status not in (Status.CHANGED, Status.IDENTICAL):
-            raise bad_input(
-                f"{pair.local} has no counterpart at the target (status {pair.status.value}): there is nothing to diff."
-            )
-        upstream_text, local_text = self._texts(pair)
-        return unified_diff(upstream_text, local_text, pair.upstream, pair.local)
-
-
-def _find(pairs: list[Pair], file: str) -> Pair:
-    path = clean_path(file)
-    for pair in pairs:
-        if path in (pair.local, pair.upstream):
-            return pair
-    raise not_found(
-        f"{file} is neither a compared plugin file nor a paired upstream file; list the pairs with detail=summary."
+def _pair_result(report: PairReport) -> PairResult:
+    pair = report.pair
+    return PairResult(
+        local=pair.local,
+        upstream=pair.upstream,
+        status=pair.status.value,
+        rule=pair.rule.value,
+        confidence=pair.confidence,
+        flags=list(report.flags),
+        evidence=list(pair.evidence),
+        candidates=[Candidate(**vars(c)) for c in pair.candidates],
+        stats=Stats(**vars(report.stats)) if report.stats else None,
+        symbols=_symbols(report.symbols) if report.symbols else None,
+        import_swaps=[ImportSwap(**vars(s)) for s in report.import_swaps],
+        error=report.error,
+        closest_release=report.closest_release,
+        per_release=report.per_release,
     )
 
 
-def _target_label(upstream: Subject, target: str | None, commit: str | None) -> str:
-    if commit:
-        return f"{target} ({commit[:12]})" if target and target != commit else commit[:12]
-    return f"{upstream.label} (no revision)"
+def _matrix_entry(row: MatrixRow) -> MatrixEntry:
+    fields = vars(row) | {"also": [c.value for c in row.also], "evidence": list(row.evidence), "leads": list(row.leads)}
+    return MatrixEntry(**fields)
 
 
 def _check_detail(args: DiffModelInput) -> None:
@@ -383,85 +272,6 @@ def _check_detail(args: DiffModelInput) -> None:
         raise bad_input("file is only used with detail=diff or detail=matrix.")
     if args.detail == "releases" and not args.releases:
         raise bad_input("detail=releases needs releases: upstream tags (oldest first) or release directories.")
-
-
-def _releases(
-    args: DiffModelInput,
-    env: ToolEnv,
-    plugin: Subject,
-    upstream: Subject,
-    inputs: PairingInputs,
-    cache: RecordCache,
-    stats: StatsCache,
-    pairs: list[Pair],
-) -> tuple[list[Release], dict[str, FileReleases]]:
-    """The releases asked for and each file's distance to them (the target's pairs reused where it is one)."""
-    if not args.releases:
-        return [], {}
-    repo = upstream.repo if isinstance(upstream, RevisionSubject) else None
-    releases = resolve_releases(env.policy, args.releases, repo)
-    known = {upstream.commit: pairs} if isinstance(upstream, RevisionSubject) else {}
-    return releases, closest_releases(plugin, releases, cache, stats, inputs, known)
-
-
-def _matrix_entry(row: MatrixRow) -> MatrixEntry:
-    fields = vars(row) | {"also": [c.value for c in row.also], "evidence": list(row.evidence), "leads": list(row.leads)}
-    return MatrixEntry(**fields)
-
-
-NO_RELEASES = (
-    "No releases: each file's base is the target, so upstream changes and overrides of symbols the target removed "
-    "read as MACA edits (upstream_changed is null); pass releases."
-)
-
-
-def _matrix_page(
-    args: DiffModelInput,
-    output: DiffModelOutput,
-    trees: Trees,
-    pairs: list[Pair],
-    cache: RecordCache,
-    closest: dict[str, FileReleases],
-    releases: list[Release],
-    fingerprint: str,
-) -> Page[MatrixRow]:
-    """detail=matrix: the rows (of `file` only, when given), paged, with counts per class and the gaps met."""
-    only = {_find(pairs, args.file).local} if args.file else None
-    rows, gaps = difference_matrix(trees, pairs, plugin_facts(trees.local), cache, closest, releases, only)
-    page = paginate(
-        rows,
-        cursor=args.cursor,
-        limit=args.limit,
-        fingerprint=fingerprint,
-        default_limit=DEFAULT_LIMITS["matrix"],
-        max_limit=MAX_ROWS,
-    )
-    output.matrix = [_matrix_entry(r) for r in page.items]
-    output.matrix_counts = dict(sorted(Counter(r.proposed_class.value for r in rows).items()))
-    output.unknowns += ([] if releases else [NO_RELEASES]) + gaps
-    return page
-
-
-def _add_releases(
-    output: DiffModelOutput, pairs: list[Pair], closest: dict[str, FileReleases], labels: list[str]
-) -> None:
-    """Closest release and per-release counts on the listed pairs; the family summaries."""
-    rules = {p.local: p.rule.value for p in pairs}
-    output.families = [FamilyRelease(**vars(f)) for f in family_summaries(closest, rules, labels)]
-    for result in output.pairs:
-        if result.local in closest:
-            result.closest_release = closest[result.local].closest
-            result.per_release = closest[result.local].per_release(labels)
-
-
-def _parse_errors(trees: Trees, pairing: Pairing, local_files: list[str]) -> list[str]:
-    paired_upstream = {p.upstream for p in pairing.pairs if p.upstream}
-    return sorted(
-        f"{path}: {module.record.error}"
-        for modules, wanted in ((trees.local_modules, set(local_files)), (trees.upstream_modules, paired_upstream))
-        for path, module in modules.items()
-        if module.record.error and path in wanted
-    )
 
 
 def diff_model(args: DiffModelInput, env: ToolEnv) -> DiffModelOutput:
@@ -486,62 +296,39 @@ def diff_model(args: DiffModelInput, env: ToolEnv) -> DiffModelOutput:
     symbol), are the baseline audit_commits imports.
     """
     _check_detail(args)
-    prefixes = [clean_path(p) for p in args.paths]
     repo = open_plugin_repo(args, env)
     plugin = open_plugin_subject(args, env, repo)
     upstream, mapping = open_upstream(args, env, repo)
-    local_files = sorted({p for prefix in prefixes for p in plugin.list(prefix) if p.endswith(".py")})
-    if not local_files:
-        raise not_found(
-            f"No Python files under {', '.join(args.paths)} in the {plugin.label} subject; pass paths such as vllm_metax/models/."
-        )
-    overrides = _overrides(args.mapping_overrides, local_files)
-    inputs = PairingInputs(local_files, prefixes, overrides, _registrations(plugin, prefixes))
-    cache, stats = RecordCache(env.store), StatsCache(env.store)
-    trees = build_trees(plugin, upstream, cache, prefixes, [u for u in overrides.values() if u])
-    pairing = pair_files(trees, local_files, overrides, inputs.registrations)
-    releases, closest = _releases(args, env, plugin, upstream, inputs, cache, stats, pairing.pairs)
-    describer = _Describer(trees, stats, pairing.pairs)
-    fingerprint = inputs_fingerprint("diff_model", args.model_dump(mode="json"))
-    output = DiffModelOutput(
-        subject=plugin.label,
-        upstream_target=_target_label(upstream, mapping.target, mapping.target_commit),
-        unknowns=pairing.unknowns,
-        releases=[ReleaseInfo(label=r.label, commit=r.commit) for r in releases],
+    request = ModelDiffRequest(
+        paths=args.paths,
+        mapping_overrides=args.mapping_overrides,
+        releases=args.releases,
+        detail=args.detail,
+        file=args.file,
+        cursor=args.cursor,
+        limit=args.limit,
+        fingerprint=inputs_fingerprint("diff_model", args.model_dump(mode="json")),
     )
-    page: Page[Any]
-    if args.detail == "diff":
-        pair = _find(pairing.pairs, args.file or "")
-        page = paginate(
-            describer.diff_lines(pair),
-            cursor=args.cursor,
-            limit=args.limit,
-            fingerprint=fingerprint,
-            default_limit=DEFAULT_LIMITS["diff"],
-            max_limit=MAX_DIFF_LINES,
-        )
-        output.pairs, output.diff = [describer.describe(pair, symbols=True)], page.items
-    elif args.detail == "matrix":
-        page = _matrix_page(args, output, trees, pairing.pairs, cache, closest, releases, fingerprint)
-    else:
-        page = paginate(
-            pairing.pairs,
-            cursor=args.cursor,
-            limit=args.limit,
-            fingerprint=fingerprint,
-            default_limit=DEFAULT_LIMITS[args.detail],
-            max_limit=MAX_PAIRS,
-        )
-        output.pairs = [describer.describe(p, symbols=args.detail == "symbols") for p in page.items]
-        output.target_only = [TargetOnly(**vars(t)) for t in pairing.target_only]
-    if releases:
-        _add_releases(output, pairing.pairs, closest, [r.label for r in releases])
-    output.total, output.next_cursor = page.total, page.next_cursor
-    output.counts = dict(sorted(Counter(p.status.value for p in pairing.pairs).items()))
-    output.counts["target_only"] = sum(t.files for t in pairing.target_only)
-    output.parse_errors = _parse_errors(trees, pairing, local_files)
-    output.modules_indexed, output.cache_hits, output.parsed = len(trees.index.modules), cache.hits, cache.misses
-    return output
+    result = compare_models(plugin, upstream, request, env.policy, env.store)
+    return DiffModelOutput(
+        subject=plugin.label,
+        upstream_target=target_label(upstream, mapping),
+        pairs=[_pair_result(p) for p in result.pairs],
+        total=result.total,
+        next_cursor=result.next_cursor,
+        counts=result.counts,
+        target_only=[TargetOnly(**vars(t)) for t in result.target_only],
+        diff=result.diff,
+        releases=[ReleaseInfo(label=r.label, commit=r.commit) for r in result.releases],
+        families=[FamilyRelease(**vars(f)) for f in result.families],
+        matrix=[_matrix_entry(r) for r in result.matrix],
+        matrix_counts=result.matrix_counts,
+        parse_errors=result.parse_errors,
+        unknowns=result.unknowns,
+        modules_indexed=result.modules_indexed,
+        cache_hits=result.cache_hits,
+        parsed=result.parsed,
+    )
 
 
 SPEC = ToolSpec(

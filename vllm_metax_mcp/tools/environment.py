@@ -10,6 +10,8 @@ from pydantic import BaseModel, Field
 from ..core.foundation.errors import ErrorCode, ToolFailure, bad_input
 from ..core.foundation.policy import Effect
 from ..core.sources.environment import (
+    ConfirmedBy,
+    EnvironmentRecord,
     UpstreamMapping,
     carry_confirmation,
     check_interpreter,
@@ -19,11 +21,11 @@ from ..core.sources.environment import (
     record_id,
     resolve_upstream,
     run_probe,
-    runtime_package_dir,
+    runtime_location,
     runtime_source,
     save_record,
 )
-from ..core.sources.subjects import SubjectKind
+from ..core.sources.git import Repository
 from .arguments import SubjectArgs, open_plugin_repo, open_plugin_subject
 from .spec import ToolEnv, ToolOutput, ToolSpec
 
@@ -92,11 +94,10 @@ class EnvironmentOutput(ToolOutput):
     next_step: str = ""
 
 
-def _output(action: str, record: dict[str, Any], drifted: bool | None = None) -> EnvironmentOutput:
-    report = record.get("probe", {})
-    plugins = report.get("plugins", {})
-    confirmation = record.get("confirmation")
-    if record.get("upstream") is None:
+def _output(action: str, record: EnvironmentRecord, drifted: bool | None = None) -> EnvironmentOutput:
+    report = record.probe
+    confirmation = record.confirmation
+    if record.upstream is None:
         next_step = "No upstream recorded: analysis tools need one; trim and smoke tests do not."
     elif confirmation:
         next_step = "The target is confirmed; recording tools may use it."
@@ -105,27 +106,26 @@ def _output(action: str, record: dict[str, Any], drifted: bool | None = None) ->
     return EnvironmentOutput(
         action=action,
         record_exists=True,
-        record_id=record.get("record_id"),
-        subject=record["subject"],
-        subject_tree_hash=record["subject_tree_hash"],
+        record_id=record.record_id,
+        subject=record.subject,
+        subject_tree_hash=record.subject_tree_hash,
         subject_drifted=drifted,
-        upstream=record.get("upstream"),
-        python=record["python"],
-        python_accepted=(record.get("python_accepted") or {}).get("reason"),
-        python_version=report.get("python", {}).get("version"),
+        upstream=record.upstream.as_dict() if record.upstream else None,
+        python=record.python,
+        python_accepted=record.python_accepted.reason if record.python_accepted else None,
+        python_version=report.python.version,
         modules={
-            name: ModuleReport(**{k: m.get(k) for k in ("version", "origin", "error")})
-            for name, m in report.get("modules", {}).items()
+            name: ModuleReport(version=m.version, origin=m.origin, error=m.error) for name, m in report.modules.items()
         },
-        distributions=report.get("distributions", []),
-        platform_plugins=plugins.get("vllm.platform_plugins", []),
-        general_plugins=plugins.get("vllm.general_plugins", []),
-        plugins_filter=report.get("vllm_plugins_filter"),
-        runtime_source=record["runtime_source"],
-        instruction_files=record["instruction_files"],
-        probe_id=record["probe_id"],
+        distributions=[Distribution(name=d.name, version=d.version) for d in report.distributions or ()],
+        platform_plugins=[Plugin(name=e.name, value=e.value) for e in report.plugin_group("vllm.platform_plugins")],
+        general_plugins=[Plugin(name=e.name, value=e.value) for e in report.plugin_group("vllm.general_plugins")],
+        plugins_filter=report.vllm_plugins_filter,
+        runtime_source=record.runtime_source,
+        instruction_files=list(record.instruction_files),
+        probe_id=record.probe_id,
         confirmed=confirmation is not None,
-        confirmed_by=(confirmation or {}).get("confirmed_by"),
+        confirmed_by=confirmation.confirmed_by if confirmation else None,
         next_step=next_step,
     )
 
@@ -138,42 +138,36 @@ def _establish(args: EnvironmentInput, env: ToolEnv) -> EnvironmentOutput:
     accepted = check_interpreter(args.python or env.interpreters.default(), env.policy, env.interpreters, "establish")
     python = accepted.path
     probe_id, report = run_probe(python, env.store)
-    package_dir = runtime_package_dir(report)
-    site_dirs = report.get("python", {}).get("site_dirs", [])
-    subject = open_plugin_subject(
-        args,
-        env,
-        repo,
-        record={"runtime_package_dir": str(package_dir) if package_dir else None, "site_dirs": site_dirs},
-    )
+    installed = runtime_location(report)
+    subject = open_plugin_subject(args, env, repo, installed)
     previous = load_record(env.store, repo)
-    record = {
-        "plugin_repo": str(repo.top),
-        "subject": subject.label,
-        "subject_kind": args.subject.value,
-        "revision": args.revision,
-        "subject_tree_hash": subject.tree_hash(),
-        "upstream": mapping.as_dict() if mapping else None,
-        "python": str(python),
-        "python_accepted": accepted.as_record(),
-        "probe_id": probe_id,
-        "probe": report,
-        "site_dirs": site_dirs,
-        "runtime_package_dir": str(package_dir) if package_dir else None,
-        "runtime_source": runtime_source(report, repo),
-        "instruction_files": instruction_files(subject),
-        "confirmation": carry_confirmation(previous, mapping),
-        "established_at": time.time(),
-        "record_id": record_id(repo),
-    }
+    record = EnvironmentRecord(
+        plugin_repo=str(repo.top),
+        subject=subject.label,
+        subject_kind=args.subject,
+        revision=args.revision,
+        subject_tree_hash=subject.tree_hash(),
+        upstream=mapping,
+        python=str(python),
+        python_accepted=accepted,
+        probe_id=probe_id,
+        probe=report,
+        site_dirs=installed.site_dirs,
+        runtime_package_dir=installed.package_dir,
+        runtime_source=runtime_source(report, repo),
+        instruction_files=tuple(instruction_files(subject)),
+        confirmation=carry_confirmation(previous, mapping),
+        established_at=time.time(),
+        record_id=record_id(repo),
+    )
     save_record(env.store, repo, record)
     return _output("establish", record)
 
 
-def _recorded(args: EnvironmentInput, env: ToolEnv) -> tuple[Any, dict[str, Any]]:
+def _recorded(args: EnvironmentInput, env: ToolEnv) -> tuple[Repository, EnvironmentRecord]:
     repo = open_plugin_repo(args, env)
     record = load_record(env.store, repo) if repo else None
-    if record is None:
+    if repo is None or record is None:
         raise ToolFailure(
             ErrorCode.NOT_FOUND, "No environment record for this repository: call action=establish first."
         )
@@ -186,16 +180,15 @@ def confirmation_question(args: BaseModel, env: ToolEnv) -> str | None:
         return None
     try:
         _, record = _recorded(args, env)
-        _check_names_record(args, env, record)
+        upstream = _check_names_record(args, env, record)
     except ToolFailure:
         return None  # the tool itself refuses with the precise reason
-    upstream = record["upstream"]
-    target = f" at {upstream['target']} ({upstream['target_commit'][:12]})" if upstream.get("target_commit") else ""
-    return f"Use {upstream['path']}{target} as the upstream vLLM target for {record['plugin_repo']}?"
+    target = f" at {upstream.target} ({upstream.target_commit[:12]})" if upstream.target_commit else ""
+    return f"Use {upstream.path}{target} as the upstream vLLM target for {record.plugin_repo}?"
 
 
-def _check_names_record(args: EnvironmentInput, env: ToolEnv, record: dict[str, Any]) -> dict[str, Any]:
-    upstream = record.get("upstream")
+def _check_names_record(args: EnvironmentInput, env: ToolEnv, record: EnvironmentRecord) -> UpstreamMapping:
+    upstream = record.upstream
     if upstream is None:
         raise bad_input("The record has no upstream to confirm: establish with upstream (and target) first.")
     if not args.upstream:
@@ -217,8 +210,8 @@ def _confirm(args: EnvironmentInput, env: ToolEnv) -> EnvironmentOutput:
         output = _output("confirm", record)
         output.next_step = "The user declined this target: establish the upstream and target they want."
         return output
-    confirmed_by = "user" if env.user_answer == "accepted" else "caller"
-    record["confirmation"] = confirmation_for(upstream, confirmed_by)
+    confirmed_by: ConfirmedBy = "user" if env.user_answer == "accepted" else "caller"
+    record = record.confirmed(confirmation_for(upstream, confirmed_by))
     save_record(env.store, repo, record)
     return _output("confirm", record)
 
@@ -231,14 +224,11 @@ def _show(args: EnvironmentInput, env: ToolEnv) -> EnvironmentOutput:
             action="show",
             next_step="No record yet: call action=establish with plugin_repo, subject, upstream, target and python.",
         )
-    for site in record.get("site_dirs", []):
-        env.policy.allow_read(site)
+    record.grant_reads(env.policy)
     current = open_plugin_subject(
-        args.model_copy(update={"subject": SubjectKind(record["subject_kind"]), "revision": record.get("revision")}),
-        env,
-        repo,
+        args.model_copy(update={"subject": record.subject_kind, "revision": record.revision}), env, repo
     )
-    return _output("show", record, drifted=current.tree_hash() != record["subject_tree_hash"])
+    return _output("show", record, drifted=current.tree_hash() != record.subject_tree_hash)
 
 
 def environment(args: EnvironmentInput, env: ToolEnv) -> EnvironmentOutput:

@@ -19,8 +19,8 @@ class ExportInput(SubjectArgs):
     overwrite: bool = Field(
         default=False,
         description="Replace an earlier output of this server (a directory carrying its marker that the server's state "
-        "directory recorded writing, holding no git repository and no file a repository tracks, not a read root, output "
-        "root or protected path) — only once the new copy is complete.",
+        "directory recorded writing, holding no git repository and no file a repository tracks, not a read root, "
+        "output root or protected path) — only once the new copy is complete.",
     )
 
 
@@ -57,7 +57,8 @@ def export_snapshot(args: ExportInput, env: ToolEnv) -> ExportOutput:
         marker = staging / EXPORT_MARKER
         if marker.exists():
             raise bad_input(
-                f"the subject holds a file named {EXPORT_MARKER}, the name of this server's export marker; export a prefix without it."
+                f"the subject holds a file named {EXPORT_MARKER}, the name of this server's export marker; export a "
+                "prefix without it."
             )
         document = {
             "format": "vllm-metax-mcp/export/1",

@@ -3,53 +3,25 @@
 from __future__ import annotations
 
 import re
-import tempfile
 import warnings
-from contextlib import ExitStack
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from ..core.checkpoint.construct import (
-    ConstructedView,
-    ConstructRequest,
-    constructed_findings,
-    run_construct,
-    view,
-)
-from ..core.checkpoint.consumers import (
-    SourceTree,
-    directory_tree,
-    find_consumers,
-    subject_tree,
-)
-from ..core.checkpoint.cross_check import (
-    CheckpointReport,
-    ordered_findings,
-)
-from ..core.checkpoint.id_bases import cross_check_with_bases
-from ..core.checkpoint.layout import (
-    Layout,
-    analyse,
-    id_list_gaps,
-    load_config,
-)
-from ..core.checkpoint.safetensors_headers import CheckpointFiles, scan_checkpoint
+from ..core.checkpoint.construct import ConstructedView
+from ..core.checkpoint.cross_check import CheckpointReport
+from ..core.checkpoint.inspection import Inspection, InspectRequest, inspect_checkpoint
+from ..core.checkpoint.layout import Layout
 from ..core.foundation.errors import ErrorCode, ToolFailure, bad_input
 from ..core.foundation.policy import Effect, Mode
 from ..core.foundation.results import canonical, inputs_fingerprint, paginate
-from ..core.sources.environment import check_interpreter, load_record
-from ..core.sources.git import Repository, open_repository
-from ..core.sources.hub import ModelLocation, locate_model
-from ..core.sources.subjects import RevisionSubject, SubjectKind
-from .arguments import SubjectArgs, open_plugin_repo, open_plugin_subject
+from ..core.sources.subjects import SubjectKind
+from .arguments import Finding, SubjectArgs, finding_out, plugin_access
 from .spec import ToolEnv, ToolOutput, ToolSpec
 
 LAYERS_DEFAULT, LAYERS_MAX = 128, 2048
 DIFFERENCES_DEFAULT, DIFFERENCES_MAX = 25, 1000
-CONSUMERS_PER_FIELD = 15
 MAX_OVERRIDES_CHARS = 8000
 FIELD_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.]{0,99}$"
 
@@ -66,7 +38,8 @@ class InspectConfigInput(SubjectArgs):
         "interpreter imports; default), or worktree / index / revision / directory, put first on the path.",
     )
     model: str = Field(
-        description="Checkpoint directory (relative to the first --root), or a Hugging Face repo id read from the local cache."
+        description="Checkpoint directory (relative to the first --root), or a Hugging Face repo id read from the "
+        "local cache."
     )
     model_revision: str | None = Field(
         default=None, description="Branch, tag or commit of a repo id (local cache only)."
@@ -81,7 +54,7 @@ class InspectConfigInput(SubjectArgs):
         description="Speculative method to build the draft config for (e.g. mtp).",
     )
     num_speculative_tokens: int = Field(default=1, ge=1, le=16)
-    construct: bool = Field(
+    construct: bool = Field(  # type: ignore[assignment]  # shadows BaseModel.construct (see above)
         default=True, description="Build the config in the target interpreter (vLLM and transformers)."
     )
     trust_remote_code: bool = Field(
@@ -121,12 +94,6 @@ class InspectConfigInput(SubjectArgs):
         return overrides
 
 
-class Finding(BaseModel):
-    severity: Literal["error", "warning", "info"]
-    code: str
-    message: str
-
-
 class Submodel(BaseModel):
     name: str = Field(description="Key of the sub-config; empty for the top level.")
     model_type: str | None = None
@@ -144,8 +111,9 @@ class LayerRow(BaseModel):
     )
     kinds: list[str] = Field(
         default_factory=list,
-        description="From the config (see rules): dense/moe, attn:<kind>, mla, indexer, compress:<r>, route:<kind>, kv:shared; "
-        "dense without an expert-count key, attn:full (or sliding with a global sliding_window) without a per-layer attention key; "
+        description="From the config (see rules): dense/moe, attn:<kind>, mla, indexer, compress:<r>, route:<kind>, "
+        "kv:shared; dense without an expert-count key, attn:full (or sliding with a global sliding_window) without a "
+        "per-layer attention key; "
         "MTP rows only from arrays that cover them.",
     )
     tensors: list[str] | None = Field(
@@ -293,137 +261,39 @@ class InspectConfigOutput(ToolOutput):
     next_cursor: str | None = Field(default=None, description="Next page of the list named by `page`.")
 
 
-# -- the environment the construction runs in -------------------------------------------------
+# -- arguments ---------------------------------------------------------------------------------
 
 
-@dataclass
-class _Target:
-    repo: Repository | None = None
-    record: dict[str, Any] | None = None
-    python: Path | None = None
-    gaps: list[str] = field(default_factory=list)
-
-
-def _target(args: InspectConfigInput, env: ToolEnv) -> _Target:
-    """The record (if any) and the interpreter: explicit python only in edit mode, else the record's."""
-    target = _Target()
-    try:
-        target.repo = open_plugin_repo(args, env)
-    except ToolFailure as failure:
-        if not args.python:
-            target.gaps.append(f"No environment record: plugin_repo is not usable ({failure.message})")
-    if target.repo is not None:
-        target.record = load_record(env.store, target.repo)
-    for site in (target.record or {}).get("site_dirs", []):
-        env.policy.allow_read(site)
-    if args.python:
-        target.python = check_interpreter(args.python, env.policy, env.interpreters, "override").path
-    elif target.record:
-        try:
-            target.python = check_interpreter(target.record["python"], env.policy, env.interpreters, "record").path
-        except ToolFailure as failure:
-            target.gaps.append(
-                f"The recorded interpreter cannot run ({failure.message}); run environment action=establish again."
-            )
-    return target
-
-
-def _plugin_path(args: InspectConfigInput, env: ToolEnv, target: _Target, stack: ExitStack) -> list[Path]:
-    """A non-installed subject's vllm_metax/ exported to a scratch directory that goes first on the path."""
-    if args.subject is SubjectKind.INSTALLED:
-        return []
-    subject = open_plugin_subject(args, env, target.repo, target.record)
-    scratch = env.store.path("scratch")
-    scratch.mkdir(parents=True, exist_ok=True)
-    directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="plugin-", dir=scratch)))
-    subject.export(directory, "vllm_metax/")
-    return [directory]
-
-
-def _construct(
-    args: InspectConfigInput, env: ToolEnv, target: _Target, location: ModelLocation, raw: dict[str, Any]
-) -> tuple[ConstructedView | None, str | None, list[str]]:
-    gaps: list[str] = []
-    if not args.construct:
-        return (
-            None,
-            None,
-            ["Construction not requested (construct=false): the config class vLLM loads is not verified."],
+def _check(args: InspectConfigInput, env: ToolEnv) -> None:
+    if args.python and env.policy.mode is not Mode.EDIT:
+        raise ToolFailure(
+            ErrorCode.REVIEW_MODE,
+            "python is accepted only in edit mode; in review mode the environment record's interpreter is used "
+            "(environment action=establish).",
         )
-    if target.python is None:
-        return (
-            None,
-            None,
-            [
-                "No interpreter to construct the config in: run environment action=establish (or pass python in edit mode); "
-                "the config class vLLM loads is not verified."
-            ],
-        )
+    if args.page == "differences" and not args.construct:
+        raise bad_input("page=differences needs construct=true.")
+
+
+def _request(args: InspectConfigInput) -> InspectRequest:
     speculative = (
         {"method": args.speculative, "num_speculative_tokens": args.num_speculative_tokens}
         if args.speculative
         else None
     )
-    try:
-        env.policy.readable_entries(
-            location.path
-        )  # the target interpreter reads the directory; links are not followed for it
-    except ToolFailure as failure:
-        return None, None, [f"Construction not run: {failure.message}"]
-    request = ConstructRequest(location.path, args.trust_remote_code, args.hf_overrides, speculative)
-    with ExitStack() as stack:
-        pythonpath = _plugin_path(args, env, target, stack)
-        probe_id, report = run_construct(target.python, env.store, request, pythonpath)
-    built = view(raw, report, str(location.path), location.label)
-    for stage, error in built.errors.items():
-        gaps.append(f"Construction stage {stage} failed in the target interpreter: {error}")
-    if not any(p["value"].startswith("vllm_metax") for p in built.plugins) and "vllm" not in built.errors:
-        gaps.append(
-            "No vllm_metax entry point is installed in the target interpreter: the plugin's platform and config patches took no part."
-        )
-    if raw.get("auto_map") and not args.trust_remote_code:
-        gaps.append(
-            "config.json names remote code (auto_map) that was not executed (trust_remote_code=false); the library classes were used."
-        )
-    return built, probe_id, gaps
-
-
-# -- id-list bases -----------------------------------------------------------------------------
-
-
-def _source_trees(args: InspectConfigInput, env: ToolEnv, target: _Target) -> tuple[list[SourceTree], list[str]]:
-    """Upstream vLLM (record), the installed vLLM (probe) and the plugin subject, as far as known."""
-    trees: list[SourceTree] = []
-    gaps: list[str] = []
-    record = target.record or {}
-    upstream = record.get("upstream")
-    try:
-        if upstream and upstream.get("kind") == "git":
-            repo = open_repository(upstream["path"], env.policy)
-            trees.append(subject_tree("upstream", RevisionSubject(repo, upstream["target_commit"]), "vllm/"))
-        elif upstream:
-            trees.append(directory_tree("upstream", env.policy.readable(upstream["path"]), "vllm"))
-    except ToolFailure as failure:
-        gaps.append(f"Upstream source not searched: {failure.message}")
-    dirs = ((record.get("probe") or {}).get("modules", {}).get("vllm") or {}).get("package_dirs") or []
-    if dirs:
-        package = env.policy.readable(dirs[0])
-        trees.append(directory_tree("installed_vllm", package.parent, package.name))
-    try:
-        subject = open_plugin_subject(args, env, target.repo, target.record)
-        trees.append(subject_tree("plugin", subject, "vllm_metax/"))
-    except ToolFailure as failure:
-        gaps.append(f"Plugin code not searched: {failure.message}")
-    if not trees:
-        gaps.append("No source tree is known (no environment record): consumer code was not searched.")
-    return trees, gaps
+    return InspectRequest(
+        model=args.model,
+        model_revision=args.model_revision,
+        construct=args.construct,
+        python=args.python,
+        trust_remote_code=args.trust_remote_code,
+        hf_overrides=args.hf_overrides,
+        speculative=speculative,
+        consumers_of=args.consumers_of,
+    )
 
 
 # -- output assembly ---------------------------------------------------------------------------
-
-
-def _finding(entry: tuple[str, str, str]) -> Finding:
-    return Finding(severity=entry[0], code=entry[1], message=entry[2])  # type: ignore[arg-type]
 
 
 def _name(layer: int, report: CheckpointReport | None) -> str | None:
@@ -440,7 +310,9 @@ def _rows(layout: Layout, report: CheckpointReport | None) -> list[LayerRow]:
     undeclared = set(report.undeclared_ids if report else [])
     rows = []
     for layer in sorted(ids):
-        part = "undeclared" if layer in undeclared else "backbone" if layer < backbone else "mtp"
+        part: Literal["backbone", "mtp", "undeclared"] = (
+            "undeclared" if layer in undeclared else "backbone" if layer < backbone else "mtp"
+        )
         rows.append(
             LayerRow(
                 id=layer,
@@ -467,7 +339,7 @@ def _quantization(layout: Layout, report: CheckpointReport | None) -> Quantizati
             patterns=i.patterns,
             by_part=i.by_part,
             layer_ids=i.layer_ids,
-            per_layer=[{"layers": ids, "count": count} for ids, count in i.per_layer],
+            per_layer=[{"layers": run.layers, "count": run.count} for run in i.per_layer],
             by_module=i.by_module,
             beyond_declared=i.beyond_declared,
         )
@@ -485,7 +357,7 @@ def _quantization(layout: Layout, report: CheckpointReport | None) -> Quantizati
 
 def _checkpoint(report: CheckpointReport) -> CheckpointOut:
     return CheckpointOut(
-        findings=[_finding(f) for f in report.findings],
+        findings=[finding_out(f) for f in report.findings],
         index_file=report.index_file,
         shards=report.shard_count,
         shards_read=report.shards_read,
@@ -521,36 +393,6 @@ def _constructed(
         errors=built.errors,
         probe_id=probe_id,
     )
-
-
-def _consumers(args: InspectConfigInput, trees: list[SourceTree]) -> list[ConsumersOut]:
-    found = []
-    for name in args.consumers_of:
-        locations, total = find_consumers(trees, name.rsplit(".", 1)[-1], CONSUMERS_PER_FIELD)
-        found.append(ConsumersOut(field=name, total=total, locations=[Location(**vars(loc)) for loc in locations]))
-    return found
-
-
-def _checkpoint_gaps(files: CheckpointFiles | None) -> list[str]:
-    if files is None:
-        return [
-            "No safetensors index or shards in the model directory: layer ids with weights, MTP naming and dtypes are unverified."
-        ]
-    if files.missing_shards and len(files.missing_shards) == len(files.shard_names):
-        return [
-            "Only the index is present (no shard files): names come from its weight_map; dtypes and shapes are unknown."
-        ]
-    return []
-
-
-def _code_trees(
-    args: InspectConfigInput, env: ToolEnv, target: _Target, needed: bool
-) -> tuple[list[SourceTree], list[str]]:
-    if not needed:
-        return [], []
-    if not target.record:
-        return [], ["No environment record: consumer code (upstream, installed vLLM, plugin) was not searched."]
-    return _source_trees(args, env, target)
 
 
 @dataclass
@@ -591,43 +433,17 @@ def _pages(
         result.next_cursor = differences.next_cursor
     elif differences.next_cursor:
         result.gaps.append(
-            f"{differences.total - len(differences.items)} more constructed differences: call again with page=differences."
+            f"{differences.total - len(differences.items)} more constructed differences: call again with "
+            "page=differences."
         )
     return result
 
 
-def inspect_config(args: InspectConfigInput, env: ToolEnv) -> InspectConfigOutput:
-    """Inspect a checkpoint's true layer layout: backbone and MTP/draft counts, a per-layer table
-    (dense/MoE, attention kind, routing, sharing), layer-indexed arrays and layer-id lists (with
-    their 0/1 base decided from tensor names or consumer code), periodic rules expanded per layer,
-    and quantization with ignore lists summarised. With safetensors present it cross-checks the
-    index and shard headers (never tensor data). With construct (default) it builds the config in the
-    recorded interpreter the way `vllm serve` does — plugins, hf_overrides, speculative rewrite — and
-    lists field-by-field differences. Unknowns are listed in evidence_gaps, never filled with defaults.
-    """
-    if args.python and env.policy.mode is not Mode.EDIT:
-        raise ToolFailure(
-            ErrorCode.REVIEW_MODE,
-            "python is accepted only in edit mode; in review mode the environment record's interpreter is used "
-            "(environment action=establish).",
-        )
-    if args.page == "differences" and not args.construct:
-        raise bad_input("page=differences needs construct=true.")
-    location = locate_model(env.policy, args.model, args.model_revision)
-    env.policy.protect(location.path)
-    raw = load_config(location.path, env.policy)
-    layout = analyse(raw)
-    files = scan_checkpoint(location.path, env.policy)
-    need_code = bool(args.consumers_of) or any(i.ids for i in layout.id_lists)
-    target = _target(args, env) if args.construct or need_code else _Target()
-    built, probe_id, construct_gaps = _construct(args, env, target, location, raw)
-    trees, tree_gaps = _code_trees(args, env, target, need_code)
-    report, base_findings = cross_check_with_bases(layout, raw, files, trees, built.model_class if built else None)
-    findings = [*layout.findings, *base_findings, *(constructed_findings(layout, built) if built else [])]
-    pages = _pages(args, _rows(layout, report), built, probe_id)
+def _output(inspection: Inspection, pages: _Pages) -> InspectConfigOutput:
+    layout, report = inspection.layout, inspection.report
     return InspectConfigOutput(
-        findings=[_finding(f) for f in ordered_findings(findings)],
-        model=location.label,
+        findings=[finding_out(f) for f in inspection.findings],
+        model=inspection.location.label,
         backbone_layers=layout.backbone_layers,
         mtp_layers=layout.mtp_layers,
         mtp_key=layout.mtp_key,
@@ -644,57 +460,29 @@ def inspect_config(args: InspectConfigInput, env: ToolEnv) -> InspectConfigOutpu
         quantization=_quantization(layout, report),
         checkpoint=_checkpoint(report) if report else None,
         constructed=pages.constructed,
-        consumers=_consumers(args, trees) if args.consumers_of else [],
-        evidence_gaps=[
-            *layout.gaps,
-            *_checkpoint_gaps(files),
-            *target.gaps,
-            *construct_gaps,
-            *tree_gaps,
-            *id_list_gaps(layout),
-            *pages.gaps,
+        consumers=[
+            ConsumersOut(field=c.field, total=c.total, locations=[Location(**vars(loc)) for loc in c.locations])
+            for c in inspection.consumers
         ],
+        evidence_gaps=[*inspection.gaps, *pages.gaps],
         next_cursor=pages.next_cursor,
     )
 
 
-@dataclass
-class CheckpointEvidence:
-    """The layout inspect_config derives, for tools that build on it (plan_trim, trim_model)."""
-
-    location: ModelLocation
-    raw: dict[str, Any]
-    layout: Layout
-    files: CheckpointFiles | None
-    report: CheckpointReport | None
-    trees: list[SourceTree]
-    record: dict[str, Any] | None
-    findings: list[tuple[str, str, str]]
-    gaps: list[str]
-
-
-def checkpoint_evidence(args: SubjectArgs, env: ToolEnv, model: str, model_revision: str | None) -> CheckpointEvidence:
-    """The raw layout cross-checked against the checkpoint's tensor names, id-list bases decided from
-    tensors or (with an environment record) consumer code, and the source trees that were searched.
-    The model directory becomes a protected path: nothing may be written into it."""
-    location = locate_model(env.policy, model, model_revision)
-    env.policy.protect(location.path)
-    raw = load_config(location.path, env.policy)
-    layout = analyse(raw)
-    files = scan_checkpoint(location.path, env.policy)
-    target = _Target()
-    try:
-        target.repo = open_plugin_repo(args, env)
-    except ToolFailure as failure:
-        target.gaps.append(f"No environment record: plugin_repo is not usable ({failure.message})")
-    if target.repo is not None:
-        target.record = load_record(env.store, target.repo)
-    for site in (target.record or {}).get("site_dirs", []):
-        env.policy.allow_read(site)
-    trees, tree_gaps = _code_trees(args, env, target, True)  # type: ignore[arg-type]  # uses only the SubjectArgs fields
-    report, findings = cross_check_with_bases(layout, raw, files, trees, None)
-    gaps = [*layout.gaps, *_checkpoint_gaps(files), *target.gaps, *tree_gaps, *id_list_gaps(layout)]
-    return CheckpointEvidence(location, raw, layout, files, report, trees, target.record, findings, gaps)
+def inspect_config(args: InspectConfigInput, env: ToolEnv) -> InspectConfigOutput:
+    """Inspect a checkpoint's true layer layout: backbone and MTP/draft counts, a per-layer table
+    (dense/MoE, attention kind, routing, sharing), layer-indexed arrays and layer-id lists (with
+    their 0/1 base decided from tensor names or consumer code), periodic rules expanded per layer,
+    and quantization with ignore lists summarised. With safetensors present it cross-checks the
+    index and shard headers (never tensor data). With construct (default) it builds the config in the
+    recorded interpreter the way `vllm serve` does — plugins, hf_overrides, speculative rewrite — and
+    lists field-by-field differences. Unknowns are listed in evidence_gaps, never filled with defaults.
+    """
+    _check(args, env)
+    plugin = plugin_access(args, env)
+    inspection = inspect_checkpoint(_request(args), plugin, env.policy, env.store, env.interpreters)
+    pages = _pages(args, _rows(inspection.layout, inspection.report), inspection.built, inspection.probe_id)
+    return _output(inspection, pages)
 
 
 SPEC = ToolSpec(

@@ -53,9 +53,14 @@ def _final_result(env: ToolEnv, status: dict[str, Any]) -> dict[str, Any] | None
 
 
 def _detail(env: ToolEnv, status: dict[str, Any], with_result: bool = False) -> JobDetail:
-    fields = {k: status.get(k) for k in ("id", "status", "progress", "tool", "created_at", "finished_at", "error")}
     return JobDetail(
-        **fields,
+        id=status["id"],
+        status=status["status"],
+        progress=status.get("progress"),
+        tool=status.get("tool"),
+        created_at=status.get("created_at"),
+        finished_at=status.get("finished_at"),
+        error=status.get("error"),
         heartbeat_age_s=env.jobs.heartbeat_age(status["id"]) if status["status"] == "running" else None,
         result=_final_result(env, status) if with_result else None,
     )

@@ -10,44 +10,21 @@ evidence's command carries the backend, and `ray status` is empty of vLLM actors
 
 from __future__ import annotations
 
-import hashlib
-import json
-import re
-import uuid
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..core.foundation.errors import ToolFailure, bad_input, not_found
+from ..core.foundation.errors import ToolFailure, not_found
 from ..core.foundation.policy import Effect
-from ..core.foundation.results import digest
-from ..core.foundation.safe_load import load_json_bounded
-from ..core.smoke.launch_rules import (
-    check_env,
-    check_json_value,
-    check_serve_args,
-    lift_owned_args,
-)
-from ..core.smoke.run import run_dir
+from ..core.smoke.plan import SmokeRequest, plan_smoke_test
+from ..core.smoke.run import JOB_TARGET
 from ..core.sources.environment import check_interpreter, load_record
 from ..core.sources.git import open_repository
-from ..core.sources.subjects import SubjectKind
-from ..core.trim.cases import (
-    FILE_NAME,
-    BatchedModel,
-    ServeSettings,
-    SmokeCase,
-    default_cases,
-    parse_cases,
-    read_case_file,
-)
+from ..core.sources.subjects import Subject, SubjectKind
 from .arguments import SubjectArgs, open_plugin_subject
 from .spec import JobOutput, ToolEnv, ToolSpec
 
 LOAD_FORMATS = Literal["auto", "dummy", "safetensors", "pt", "fastsafetensors", "sharded_state", "npcache"]
-MANIFEST_NAME = "trim_manifest.json"
-_RAY_ADDRESS = re.compile(r"^(auto|(ray://)?[A-Za-z0-9.\-]+:\d{1,5})$")
 
 
 class SmokeInput(SubjectArgs):
@@ -76,8 +53,8 @@ class SmokeInput(SubjectArgs):
     )
     cases: list[dict[str, Any]] | str | None = Field(
         default=None,
-        description="Inline cases (smoke_cases format), or a file: a smoke_cases.yaml or a tools/batched_test models/cases "
-        "YAML. Default: the model's smoke_cases.yaml if present, else one completion and one chat case.",
+        description="Inline cases (smoke_cases format), or a file: a smoke_cases.yaml or a tools/batched_test "
+        "models/cases YAML. Default: the model's smoke_cases.yaml if present, else one completion and one chat case.",
     )
     batched_model: str | None = Field(
         default=None, description="The entry to run when cases is a batched_test models file."
@@ -97,7 +74,7 @@ class SmokeInput(SubjectArgs):
         description="The vLLM-MetaX repository: its environment record supplies the interpreter, and it is the source "
         "of subject worktree/index/revision.",
     )
-    subject: SubjectKind = Field(  # type: ignore[assignment]
+    subject: SubjectKind = Field(
         default=SubjectKind.INSTALLED,
         description="installed: vllm_metax as the interpreter imports it; index/worktree/revision/directory: that "
         "snapshot is exported and put first on PYTHONPATH, and the run proves the server imported it.",
@@ -176,7 +153,7 @@ class SmokeOutput(JobOutput):
     python: str | None = None
 
 
-# -- validation ------------------------------------------------------------------------------
+# -- arguments -------------------------------------------------------------------------------
 
 
 def _interpreter(args: SmokeInput, env: ToolEnv) -> tuple[str, Any]:
@@ -191,62 +168,33 @@ def _interpreter(args: SmokeInput, env: ToolEnv) -> tuple[str, Any]:
     if args.python:  # refused in review mode; in edit mode an allowed one or one inside the roots
         return str(check_interpreter(args.python, env.policy, env.interpreters, "override").path), repo
     record = load_record(env.store, repo) if repo is not None else None
-    if not record or not record.get("python"):
+    if not record or not record.python:
         raise not_found(
             "No interpreter: record one with environment action=establish (python=...), or pass python (edit mode)."
         )
-    return str(check_interpreter(record["python"], env.policy, env.interpreters, "record").path), repo
+    return str(check_interpreter(record.python, env.policy, env.interpreters, "record").path), repo
 
 
-def _select_model(models: list[BatchedModel], wanted: str | None, model: Path | None, source: str) -> BatchedModel:
-    if wanted:
-        found = [m for m in models if m.name == wanted]
-        if not found:
-            raise not_found(f"{source} has no model {wanted!r}; it lists {', '.join(m.name for m in models)}.")
-        return found[0]
-    if model is not None:
-        found = [m for m in models if m.path and Path(m.path).resolve() == model]
-        if len(found) == 1:
-            return found[0]
-    if len(models) == 1:
-        return models[0]
-    raise bad_input(f"{source} lists several models ({', '.join(m.name for m in models)}): pass batched_model.")
-
-
-def _check_cases(cases: list[SmokeCase], env: ToolEnv) -> list[dict[str, Any]]:
-    checked = []
-    for case in cases:
-        body = case.model_dump(mode="json")
-        if case.image and not case.image.startswith("data:"):
-            if re.match(r"^[a-z]+://", case.image):
-                raise bad_input(
-                    f"case {case.name}: image {case.image!r} is a URL; pass a file under the roots (no network fetches)."
-                )
-            image = env.policy.readable(case.image)
-            if not image.is_file():
-                raise not_found(f"case {case.name}: image {env.policy.display(case.image)} does not exist.")
-            body["image"] = str(image)
-        checked.append(body)
-    return checked
-
-
-def _fingerprint(model: Path) -> tuple[str, str | None]:
-    files = sorted((p.name, p.stat().st_size) for p in model.iterdir() if p.is_file())
-    config = hashlib.sha256((model / "config.json").read_bytes()).hexdigest()
-    manifest = model / MANIFEST_NAME
-    manifest_sha = hashlib.sha256(manifest.read_bytes()).hexdigest() if manifest.is_file() else None
-    return digest({"files": files, "config": config}), manifest_sha
-
-
-def _validates_trim(model: Path, load_format: str) -> bool:
-    """A real-weight trim's manifest, served with its real weights: this run can validate the load."""
-    manifest = model / MANIFEST_NAME
-    if load_format == "dummy" or not manifest.is_file():
-        return False
-    try:
-        return load_json_bounded(manifest.read_bytes(), MANIFEST_NAME).get("output_mode") == "real"
-    except (ValueError, AttributeError, ToolFailure):
-        return False
+def _request(args: SmokeInput) -> SmokeRequest:
+    return SmokeRequest(
+        model=args.model,
+        load_format=args.load_format,
+        tp=args.tp,
+        pp=args.pp,
+        dp=args.dp,
+        ep=args.ep,
+        max_model_len=args.max_model_len,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        extra_args=args.extra_args,
+        env=args.env,
+        cases=args.cases,
+        batched_model=args.batched_model,
+        devices=args.devices,
+        trust_remote_code=args.trust_remote_code,
+        speculative_config=args.speculative_config,
+        ray_address=args.ray_address,
+        timeout_s=args.timeout_s,
+    )
 
 
 def run_smoke_test(args: SmokeInput, env: ToolEnv) -> Any:
@@ -263,122 +211,13 @@ def run_smoke_test(args: SmokeInput, env: ToolEnv) -> Any:
     lands in the state directory.
     """
     python, repo = _interpreter(args, env)
-    readable = env.policy.readable  # the launch rules also read its roots and mode
-    notes: list[str] = []
-    serve = ServeSettings()
-    owned: dict[str, Any] = {}
-    file_args: list[str] = []
-    file_env: dict[str, str] = {}
-    model = env.policy.readable(args.model) if args.model else None
 
-    cases: list[SmokeCase]
-    if isinstance(args.cases, list):
-        cases, source = parse_cases(args.cases, "cases"), "inline"
-    else:
-        case_path = (
-            env.policy.readable(args.cases)
-            if args.cases
-            else (model / FILE_NAME if model and (model / FILE_NAME).is_file() else None)
-        )
-        if case_path is None:
-            cases, source = default_cases().cases, "default"
-        else:
-            if not case_path.is_file():
-                raise not_found(f"case file {args.cases} does not exist.")
-            loaded = read_case_file(case_path, readable)
-            source, notes = f"{loaded.format}:{case_path.name}", list(loaded.notes)
-            serve, cases = loaded.serve, loaded.cases
-            if loaded.format == "batched_test_models":
-                entry = _select_model(loaded.models, args.batched_model, model, case_path.name)
-                owned, file_args, lifted_notes = lift_owned_args(entry.args)
-                notes += lifted_notes
-                file_env = entry.env
-                cases = entry.cases or default_cases().cases
-                source += f"#{entry.name}"
-                if model is None and entry.path:
-                    model = env.policy.readable(entry.path)
-                if owned.get("trust_remote_code") and not args.trust_remote_code:
-                    raise bad_input(
-                        f"{entry.name} asks for --trust-remote-code: pass trust_remote_code=true if you accept its code."
-                    )
-    if args.batched_model and not source.startswith("batched_test_models"):
-        raise bad_input("batched_model applies only when cases is a tools/batched_test models file.")
-    if model is None:
-        raise bad_input("model is required (the model directory to serve).")
-    if not model.is_dir() or not (model / "config.json").is_file():
-        raise not_found(f"{args.model or model.name} is not a model directory with a config.json.")
-    env.policy.readable_entries(model)  # vLLM reads the whole directory: no entry may link out of the roots
+    def open_subject() -> Subject:
+        return open_plugin_subject(args, env, repo)
 
-    tp = args.tp or owned.get("tp") or 1
-    pp = args.pp or owned.get("pp") or 1
-    dp = args.dp or owned.get("dp") or 1
-    ep = args.ep or (tp * dp if owned.get("ep") else 1)
-    if ep not in (1, tp * dp):
-        raise bad_input(f"ep must be 1 or tp*dp ({tp * dp}): vLLM's expert parallel size is TP x DP.")
-    if args.devices is not None:
-        if len(set(args.devices)) != len(args.devices) or any(d < 0 for d in args.devices):
-            raise bad_input("devices must be distinct non-negative ids.")
-        if len(args.devices) != tp * pp * dp:
-            raise bad_input(f"devices lists {len(args.devices)} ids but tp*pp*dp is {tp * pp * dp}.")
-    if args.ray_address is not None and not _RAY_ADDRESS.match(args.ray_address):
-        raise bad_input("ray_address must be auto, host:port or ray://host:port.")
-    extra_args = check_serve_args([*serve.extra_args, *file_args, *args.extra_args], readable)
-    launch_env = check_env({**file_env, **args.env}, readable)
-    speculative = args.speculative_config or owned.get("speculative_config") or serve.speculative_config
-    if speculative is not None:
-        check_json_value(json.dumps(speculative), "speculative_config", readable)
-
-    checked_cases = _check_cases(cases, env)
-    fingerprint, manifest_sha = _fingerprint(model)
-    run_id = f"s-{uuid.uuid4().hex[:16]}"
-    directory = run_dir(env.store, run_id)
-    directory.mkdir(parents=True)
-    subject_info = None
-    if args.subject is not SubjectKind.INSTALLED:
-        subject = open_plugin_subject(args, env, repo)
-        export = directory / "snapshot"
-        export.mkdir()
-        count = subject.export(export)
-        subject_info = {
-            "kind": args.subject.value,
-            "label": subject.label,
-            "tree_hash": subject.tree_hash(),
-            "files": count,
-            "export_dir": str(export),
-        }
-    if (model / "config.json").read_text(errors="replace").find('"auto_map"') >= 0 and not args.trust_remote_code:
-        notes.append("config.json has auto_map (remote code) and trust_remote_code is off: vLLM may refuse the model.")
-    load_format = args.load_format or owned.get("load_format") or serve.load_format or "auto"
-    plan = {
-        "run_id": run_id,
-        "run_dir": str(directory),
-        "state_dir": str(env.store.root),
-        "python": python,
-        "model": str(model),
-        "model_label": args.model or str(model),
-        "load_format": load_format,
-        "max_model_len": args.max_model_len or owned.get("max_model_len") or serve.max_model_len,
-        "gpu_memory_utilization": args.gpu_memory_utilization or owned.get("gpu_memory_utilization"),
-        "tp": tp,
-        "pp": pp,
-        "dp": dp,
-        "ep": ep,
-        "extra_args": extra_args,
-        "env": launch_env,
-        "trust_remote_code": args.trust_remote_code,
-        "speculative_config": speculative,
-        "ray_address": args.ray_address,
-        "devices": args.devices,
-        "timeout_s": args.timeout_s,
-        "cases": checked_cases,
-        "cases_source": source,
-        "subject": subject_info,
-        "manifest_sha256": manifest_sha,
-        "validates_trim": _validates_trim(model, load_format),
-        "model_fingerprint": fingerprint,
-        "notes": notes,
-    }
-    return env.jobs.start(env.tool, "vllm_metax_mcp.core.smoke.run:run_job", plan)
+    exported = open_subject if args.subject is not SubjectKind.INSTALLED else None
+    plan = plan_smoke_test(_request(args), env.policy, env.store, python, exported)
+    return env.jobs.start(env.tool, JOB_TARGET, plan)
 
 
 SPEC = ToolSpec(

@@ -2,28 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from ..core.audit.ledger import ledger_id, load_ledger
-from ..core.code.codebase import Codebase
-from ..core.code.module_index import ModuleIndex, RecordCache
-from ..core.code.overrides import find_overrides, override_facts
-from ..core.code.registration import (
-    Registration,
-    plugin_registrations,
-    upstream_registrations,
-)
-from ..core.foundation.errors import bad_input, not_found
+from ..core.code.overrides import OverrideKind, PatchHow
+from ..core.foundation.errors import bad_input
 from ..core.foundation.evidence import Evidence
 from ..core.foundation.policy import Effect
-from ..core.foundation.results import inputs_fingerprint, paginate
+from ..core.foundation.results import Page, inputs_fingerprint, paginate
 from ..core.sources.environment import load_record
-from ..core.sources.subjects import RevisionSubject, Subject
-from ..core.trace.checks import Findings, Model, check_path, owned_modules, probe_target
-from ..core.trace.revisions import upstream_history
-from ..core.trace.walk import Row, Walk, consumers, walk_dependencies
+from ..core.sources.subjects import RevisionSubject
+from ..core.trace.checks import ProbeTarget, probe_target
+from ..core.trace.defects import DefectKind
+from ..core.trace.kernels import SchemaSource
+from ..core.trace.loading import WeightLoadingKind
+from ..core.trace.run import Section, Trace, TraceRequest, Trees, run_trace
+from ..core.trace.walk import BoundaryKind, RowSide
 from .arguments import (
     UpstreamArgs,
     open_plugin_repo,
@@ -34,8 +30,6 @@ from .spec import ToolEnv, ToolOutput, ToolSpec
 
 DEFAULT_LIMIT = 30
 MAX_LIMIT = 1000
-MAX_ROWS = 20000
-Section = Literal["inventory", "defects", "ops", "overrides", "patches", "kernels", "config_rewrites", "weight_loading"]
 
 
 class TraceInput(UpstreamArgs):
@@ -81,7 +75,7 @@ class Entry(BaseModel):
 class InventoryRow(BaseModel):
     name: str
     file: str | None
-    side: Literal["plugin", "upstream", "third_party", "binary", "stdlib", "missing"]
+    side: RowSide
     reached_from: str | None
     guard: str | None = None
     branch: str = Field(
@@ -99,7 +93,7 @@ class Boundary(BaseModel):
     package: str
     side: str
     reason: str
-    kind: Literal["component", "pending_upgrade", "owned"] = Field(
+    kind: BoundaryKind = Field(
         default="component",
         description="component: stdlib / third-party / compiled; pending_upgrade: a plugin module outside the model "
         "whose own imports fail (not a model defect); owned: a patch, registry or attention-backend module.",
@@ -109,14 +103,7 @@ class Boundary(BaseModel):
 
 
 class DefectRow(BaseModel):
-    kind: Literal[
-        "unresolved_import",
-        "breaks_at_target",
-        "override_target_changed",
-        "skipped_base_init",
-        "signature_drift",
-        "op_not_found",
-    ]
+    kind: DefectKind
     file: str
     line: int
     detail: str
@@ -134,7 +121,7 @@ class OpOut(BaseModel):
     schemas: list[str] = Field(
         description="Installed schemas, one per overload (or, unprobed, those the sources declare)."
     )
-    schema_from: Literal["installed", "source"] | None = None
+    schema_from: SchemaSource | None = None
 
 
 class TargetOut(BaseModel, from_attributes=True):
@@ -148,7 +135,7 @@ class TargetOut(BaseModel, from_attributes=True):
 
 
 class OverrideOut(BaseModel, from_attributes=True):
-    kind: Literal["custom_op", "quant_config", "attention_backend", "same_path"]
+    kind: OverrideKind
     name: str
     key: str | None = Field(description="Registration key, or the selection condition of an attention backend.")
     file: str
@@ -162,7 +149,7 @@ class OverrideOut(BaseModel, from_attributes=True):
 
 
 class PatchOut(BaseModel, from_attributes=True):
-    how: Literal["assignment", "setattr", "decorator", "module_replacement"]
+    how: PatchHow
     target: TargetOut
     replacement: str | None
     file: str
@@ -193,7 +180,7 @@ class ConfigRewriteOut(BaseModel, from_attributes=True):
 
 class WeightLoadingOut(BaseModel, from_attributes=True):
     symbol: str
-    kind: Literal["load_weights", "weights_mapper"]
+    kind: WeightLoadingKind
     file: str
     line: int
 
@@ -224,149 +211,11 @@ class TraceOutput(ToolOutput):
     probe_id: str | None = Field(default=None, description="The op probe's id (cite it as probe evidence).")
 
 
-def _build_index(plugin: Subject, upstream: Subject, cache: RecordCache) -> ModuleIndex:
-    index = ModuleIndex()
-    index.add_tree("plugin", plugin, cache)
-    index.add_tree("upstream", upstream, cache, ["vllm/"])
-    return index
-
-
-def _plugin_packages(index: ModuleIndex) -> frozenset[str]:
-    return frozenset(
-        m.name for m in index.modules.values() if m.side == "plugin" and "." not in m.name and m.is_package
-    )
-
-
-def _where(registration: Registration) -> str:
-    return f"{registration.path}:{registration.line}"
-
-
-def _counterpart(name: str, index: ModuleIndex, plugin_packages: frozenset[str]) -> str | None:
-    module, _, symbol = name.partition(":")
-    top, _, rest = module.partition(".")
-    if top not in plugin_packages or not rest:
-        return None
-    candidate = f"vllm.{rest}"
-    indexed = index.get(candidate)
-    if indexed is None or indexed.side != "upstream":
-        return None
-    return f"{candidate}:{symbol}" if symbol else candidate
-
-
-def _definition_hashes(index: ModuleIndex, module: str) -> dict[str, str]:
-    indexed = index.get(module)
-    return {d.name: d.body_hash for d in indexed.record.definitions} if indexed else {}
-
-
-def _delta(before: dict[str, str], after: dict[str, str], symbol: str | None) -> list[str]:
-    names = [symbol] if symbol else sorted(set(before) | set(after))
-    changes = []
-    for name in names:
-        if name not in before and name in after:
-            changes.append(f"added:{name}")
-        elif name in before and name not in after:
-            changes.append(f"removed:{name}")
-        elif name in before and before[name] != after[name]:
-            changes.append(f"changed:{name}")
-    return changes
-
-
-def _describe_difference(plugin_hashes: dict[str, str], upstream_hashes: dict[str, str], symbol: str | None) -> str:
-    changes = _delta(upstream_hashes, plugin_hashes, symbol)
-    if not changes:
-        return "identical definitions"
-    shown = ", ".join(changes[:6]) + (f", … {len(changes) - 6} more" if len(changes) > 6 else "")
-    return f"{len(changes)} definition(s) differ from upstream: {shown}"
-
-
-def _annotate(
-    rows: list[Row], index: ModuleIndex, base_index: ModuleIndex | None, plugin_packages: frozenset[str]
-) -> None:
-    for row in rows:
-        module, _, symbol = row.name.partition(":")
-        if row.side == "plugin":
-            row.upstream_counterpart = _counterpart(row.name, index, plugin_packages)
-            if row.upstream_counterpart:
-                row.metax_difference = _describe_difference(
-                    _definition_hashes(index, module),
-                    _definition_hashes(index, row.upstream_counterpart.split(":")[0]),
-                    symbol or None,
-                )
-        upstream_module = module if row.side == "upstream" else (row.upstream_counterpart or "").split(":")[0]
-        if base_index is not None and upstream_module:
-            row.upstream_delta = _delta(
-                _definition_hashes(base_index, upstream_module),
-                _definition_hashes(index, upstream_module),
-                symbol or None,
-            )
-
-
-def _entry(
-    args: TraceInput, plugin: Subject, upstream: Subject
-) -> tuple[Entry, list[tuple[str, str | None]], list[str], Model]:
-    entry = Entry(arch=args.arch)
-    starts: list[tuple[str, str | None]] = []
-    unknowns: list[str] = []
-    local = [r for r in plugin_registrations(plugin) if r.arch == args.arch]
-    if local:
-        reg = local[0]
-        entry.plugin, entry.plugin_registration = f"{reg.module}:{reg.symbol}", _where(reg)
-        starts.append((reg.module, reg.symbol))
-        if len(local) > 1:
-            unknowns.append(
-                f"{args.arch} is registered {len(local)} times in the plugin; the first ({_where(reg)}) was traced."
-            )
-    else:
-        unknowns.append(
-            f"No register_model call for {args.arch} in the plugin subject: only the upstream side was traced."
-        )
-    remote = upstream_registrations(upstream, args.arch or "")
-    if remote:
-        reg = remote[0]
-        entry.upstream, entry.upstream_registration = f"{reg.module}:{reg.symbol}", _where(reg)
-        starts.append((reg.module, reg.symbol))
-    else:
-        unknowns.append(
-            f"{args.arch} is not in the upstream registry tables at the target: a new or removed architecture?"
-        )
-    if not starts:
-        raise not_found(
-            f"{args.arch} is registered neither in the plugin nor upstream; check the architecture name in config.json."
-        )
-    model = Model(
-        local[0].module if local else None,
-        local[0].path if local else None,
-        remote[0].module if remote else None,
-        remote[0].path if remote else None,
-        tuple((m, s) for m, s in starts if s),
-    )
-    return entry, starts, unknowns, model
-
-
-def _inactive(index: ModuleIndex, entry: Entry, reached: set[str]) -> list[str]:
-    """Plugin modules inside the registered model's own package that the walk never reached."""
-    if not entry.plugin:
-        return []
-    module = entry.plugin.split(":")[0]
-    indexed = index.get(module)
-    if indexed is None or not indexed.is_package:
-        return []
-    return sorted(m.path for name, m in index.modules.items() if name.startswith(module + ".") and name not in reached)
-
-
-def _recorded_annotations(rows: list[Row], ledger: dict | None) -> None:
-    """Dispositions recorded for inventory nodes with audit_commits(action=annotate)."""
-    recorded = (ledger or {}).get("annotations") or {}
-    for row in rows:
-        note = recorded.get(row.name)
-        if note:
-            row.annotation = f"{note['disposition']} ({len(note.get('evidence') or [])} evidence item(s), ledger)"
-
-
-def _section_rows(section: str, walk: Walk, findings: Findings) -> list[BaseModel]:
+def _section_rows(section: Section, trace: Trace) -> list[BaseModel]:
     """The chosen list as output rows (only that list is converted)."""
+    findings = trace.findings
     if section == "inventory":
-        return [InventoryRow(**vars(r)) for r in walk.rows]
+        return [InventoryRow(**vars(r)) for r in trace.walk.rows]
     if section == "defects":
         return [DefectRow.model_validate(vars(d)) for d in findings.defects]
     if section == "ops":
@@ -395,51 +244,33 @@ def _section_rows(section: str, walk: Walk, findings: Findings) -> list[BaseMode
             )
             for k in findings.kernels
         ]
-    model = {
+    models: dict[str, type[BaseModel]] = {
         "overrides": OverrideOut,
         "patches": PatchOut,
         "config_rewrites": ConfigRewriteOut,
         "weight_loading": WeightLoadingOut,
-    }[section]
-    return [model.model_validate(item) for item in getattr(findings, section)]
+    }
+    return [models[section].model_validate(item) for item in getattr(findings, section)]
 
 
-def _counts(walk: Walk, findings: Findings) -> dict[str, int]:
-    counts = {"inventory": len(walk.rows)}
-    counts.update(
-        {
-            name: len(getattr(findings, name))
-            for name in ("defects", "ops", "overrides", "patches", "kernels", "config_rewrites", "weight_loading")
-        }
+def _output(section: Section, trace: Trace, page: Page[BaseModel]) -> TraceOutput:
+    output = TraceOutput(
+        section=section,
+        entry=Entry(**vars(trace.entry)),
+        total=page.total,
+        next_cursor=page.next_cursor,
+        inactive=trace.inactive,
+        boundaries=[Boundary(**vars(b)) for b in trace.boundaries],
+        unknowns=trace.unknowns,
+        parse_errors=trace.parse_errors,
+        modules_indexed=trace.modules_indexed,
+        cache_hits=trace.cache_hits,
+        parsed=trace.parsed,
+        counts=trace.counts,
+        probe_id=trace.findings.probe_id,
     )
-    for defect in findings.defects:
-        counts[f"defects.{defect.kind}"] = counts.get(f"defects.{defect.kind}", 0) + 1
-    return counts
-
-
-def _boundaries(walk: Walk, findings: Findings) -> list[Boundary]:
-    boundaries: dict[str, Boundary] = {}
-    stdlib: set[str] = set()
-    for row in walk.rows:
-        if row.boundary and row.side == "stdlib":
-            stdlib.add(row.name.split(".")[0])
-        elif row.boundary and row.side in ("third_party", "binary", "missing"):
-            package = row.name.split(":")[0] if row.side in ("binary", "missing") else row.name.split(".")[0]
-            boundaries.setdefault(package, Boundary(package=package, side=row.side, reason=row.boundary))
-    if stdlib:
-        shown = ", ".join(sorted(stdlib)[:8]) + (", …" if len(stdlib) > 8 else "")
-        boundaries["stdlib"] = Boundary(
-            package="stdlib",
-            side="stdlib",
-            reason=f"standard library, {len(stdlib)} modules ({shown}): stable, not traced",
-        )
-    notes = [
-        Boundary(package=n.module, side="plugin", reason=n.reason, kind=n.kind, file=n.file, evidence=n.evidence)  # type: ignore[arg-type]
-        for n in findings.boundaries
-    ]
-    return sorted(boundaries.values(), key=lambda b: (b.side, b.package)) + sorted(
-        notes, key=lambda b: (b.kind, b.package)
-    )
+    setattr(output, section, page.items)
+    return output
 
 
 def trace_dependency(args: TraceInput, env: ToolEnv) -> TraceOutput:
@@ -463,56 +294,29 @@ def trace_dependency(args: TraceInput, env: ToolEnv) -> TraceOutput:
     repo = open_plugin_repo(args, env)
     plugin = open_plugin_subject(args, env, repo)
     upstream, _ = open_upstream(args, env, repo)
-    cache = RecordCache(env.store, args.platform_answers)
-    index = _build_index(plugin, upstream, cache)
-    plugin_packages = _plugin_packages(index)
-    first_party = frozenset({"vllm"}) | plugin_packages
-    base_index = base_subject = None
-    if args.base:
-        base_subject, _ = open_upstream(args, env, repo, revision=args.base)
-        base_index = ModuleIndex()
-        base_index.add_tree("upstream", base_subject, cache, ["vllm/"])
-    output = TraceOutput(section=args.section)
-    findings = Findings()
-    if args.direction == "consumers":
-        module, _, symbol = (args.symbol or "").partition(":")
-        walk: Walk = consumers(index, module, symbol or None, args.depth, MAX_ROWS)
-    else:
-        output.entry, starts, output.unknowns, model = _entry(args, plugin, upstream)
-        code = Codebase(index, {"plugin": plugin, "upstream": upstream}, first_party)
-        packages = frozenset({model.plugin_module.split(".")[0]}) if model.plugin_module else plugin_packages
-        found = find_overrides(code, override_facts(env.store, code, packages), base_index)
-        stop = {} if args.follow_owned else owned_modules(found, model.members(code))
-        walk = walk_dependencies(index, starts, first_party, args.depth, MAX_ROWS, stop)
-        output.inactive = _inactive(index, output.entry, walk.names())
-        history = None
-        if isinstance(base_subject, RevisionSubject) and isinstance(upstream, RevisionSubject):
-            history = upstream_history(upstream.repo, base_subject.commit, upstream.commit, cache)
-        probe = probe_target(
+    base = open_upstream(args, env, repo, revision=args.base)[0] if args.base else None
+
+    def probe() -> ProbeTarget:
+        return probe_target(
             args.python, env.policy, env.interpreters, load_record(env.store, repo) if repo else None, args.probe_ops
         )
-        findings = check_path(env.store, code, walk, found, stop, model, base_index, history, plugin_packages, probe)
-        output.unknowns += findings.unknowns
-        output.probe_id = findings.probe_id
-    _annotate(walk.rows, index, base_index, plugin_packages)
-    if repo is not None and isinstance(upstream, RevisionSubject):
-        _recorded_annotations(walk.rows, load_ledger(env.store, ledger_id(repo.key, upstream.commit)))
-    if walk.truncated:
-        output.unknowns.append(f"The walk stopped at {MAX_ROWS} rows; narrow it with depth.")
-    output.boundaries = _boundaries(walk, findings)
-    output.parse_errors = sorted(f"{m.path}: {m.record.error}" for m in index.modules.values() if m.record.error)
+
+    def ledger() -> dict[str, Any] | None:
+        if repo is None or not isinstance(upstream, RevisionSubject):
+            return None
+        return load_ledger(env.store, ledger_id(repo.key, upstream.commit))
+
+    request = TraceRequest(args.direction, args.arch, args.symbol, args.depth, args.platform_answers, args.follow_owned)
+    trace = run_trace(env.store, Trees(plugin, upstream, base), request, probe, ledger)
     page = paginate(
-        _section_rows(args.section, walk, findings),
+        _section_rows(args.section, trace),
         cursor=args.cursor,
         limit=args.limit,
         fingerprint=inputs_fingerprint("trace_dependency", args.model_dump(mode="json")),
         default_limit=DEFAULT_LIMIT,
         max_limit=MAX_LIMIT,
     )
-    setattr(output, args.section, page.items)
-    output.total, output.next_cursor, output.counts = page.total, page.next_cursor, _counts(walk, findings)
-    output.modules_indexed, output.cache_hits, output.parsed = len(index.modules), cache.hits, cache.misses
-    return output
+    return _output(args.section, trace, page)
 
 
 SPEC = ToolSpec(

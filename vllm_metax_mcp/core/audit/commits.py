@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
+from typing import Literal, cast
 
 from ..code.module_index import ModuleRecord, RecordCache, module_name
 from ..sources.git import Repository
@@ -44,6 +45,9 @@ NON_PRODUCTION_DIRS = frozenset(
 CODE_SUFFIXES = frozenset({".py", ".pyi", ".cu", ".cuh", ".c", ".cc", ".cpp", ".cxx", ".h", ".hpp", ".hip"})
 WHOLE_MODULE = "*"
 IMPORT_PREFIX = "import:"
+ChangeStatus = Literal["A", "M", "D", "T"]
+"""How a commit touched a file; renames appear as D plus A (listing runs with --no-renames)."""
+SymbolChangeKind = Literal["added", "removed", "changed", "moved", "unparsed"]
 
 
 def is_production(path: str) -> bool:
@@ -64,8 +68,7 @@ def is_production(path: str) -> bool:
 @dataclass(frozen=True)
 class Change:
     path: str
-    status: str
-    """A, M, D or T (renames appear as D plus A: listing runs with --no-renames)."""
+    status: ChangeStatus
     old_blob: str | None
     new_blob: str | None
 
@@ -140,12 +143,12 @@ def parse_log(raw: bytes) -> list[Commit]:
         sha, author, date, stamp, subject = header.decode(errors="replace").split("\x1f", 4)
         commit = Commit(sha, author, date, int(stamp), subject.strip())
         tokens = body.lstrip(b"\n").split(b"\0")
-        for meta, path in zip(tokens[0::2], tokens[1::2]):
+        for meta, path in zip(tokens[0::2], tokens[1::2], strict=False):
             if not meta.startswith(b":"):
                 continue
             _mode_a, _mode_b, old, new, status = meta[1:].decode().split(" ")
             name = path.decode(errors="replace")
-            commit.changes[name] = Change(name, status[0], _blob(old), _blob(new))
+            commit.changes[name] = Change(name, cast(ChangeStatus, status[0]), _blob(old), _blob(new))
         commits.append(commit)
     return commits
 
@@ -275,17 +278,26 @@ def _unfollowed_bases(
         older.setdefault((counterpart, track.base), []).append(track.base_path)
         extra.append(_Segment(track.base_path, counterpart, track.base, target, follow=False))
         listing.unknowns.append(
-            f"{track.local}: git found no rename from {track.base_path} (the counterpart at the base) to {counterpart}; "
-            "commits touching it in range are listed too, from the pairing at the base."
+            f"{track.local}: git found no rename from {track.base_path} (the counterpart at the base) "
+            f"to {counterpart}; commits touching it in range are listed too, from the pairing at the base."
         )
     return extra
 
 
-def other_files(commit: Commit, hits: list[Hit]) -> tuple[list[str], list[str]]:
-    """What the commit touched besides its tracked files: (production modules, everything else)."""
+@dataclass(frozen=True)
+class OtherFiles:
+    """What a commit touched besides its tracked files."""
+
+    production: list[str]
+    """Production modules (`is_production`)."""
+    other: list[str]
+    """Tests, docs, benchmarks, CI and non-code files."""
+
+
+def other_files(commit: Commit, hits: list[Hit]) -> OtherFiles:
     mapped = {hit.path for hit in hits} | {hit.previous for hit in hits if hit.previous}
     rest = sorted(set(commit.changes) - mapped)
-    return [p for p in rest if is_production(p)], [p for p in rest if not is_production(p)]
+    return OtherFiles([p for p in rest if is_production(p)], [p for p in rest if not is_production(p)])
 
 
 def commit_patch(repo: Repository, commit: str, hits: list[Hit] | None) -> list[str]:
@@ -355,44 +367,52 @@ class SymbolChange:
     """The upstream file at the commit."""
     symbol: str
     """`module:Qualified.name`, `module:import:<alias>`, or `module:*` for the whole module."""
-    change: str
-    """added | removed | changed | moved | unparsed."""
+    change: SymbolChangeKind
 
     @property
     def qualified(self) -> str:
         return self.symbol.partition(":")[2]
 
 
-def _versions(commit: Commit, hit: Hit) -> tuple[str | None, str | None]:
+@dataclass(frozen=True)
+class Touched:
+    """A commit and the tracked files it touched (`Listing.hits_of`)."""
+
+    commit: Commit
+    hits: list[Hit]
+
+
+@dataclass(frozen=True)
+class Versions:
+    """A tracked file's blob before and after a commit (None: it did not exist)."""
+
+    old: str | None
+    new: str | None
+
+
+def _versions(commit: Commit, hit: Hit) -> Versions:
     change = commit.changes[hit.path]
     old = commit.changes[hit.previous].old_blob if hit.previous and hit.previous in commit.changes else change.old_blob
-    return old, change.new_blob
+    return Versions(old, change.new_blob)
 
 
-def symbol_changes(
-    repo: Repository, cache: RecordCache, touched: list[tuple[Commit, list[Hit]]]
-) -> dict[str, list[SymbolChange]]:
+def symbol_changes(repo: Repository, cache: RecordCache, touched: list[Touched]) -> dict[str, list[SymbolChange]]:
     """Commit sha -> the upstream symbols it changed in its tracked files (records parsed in one batch)."""
-    wanted = {
-        blob
-        for commit, hits in touched
-        for hit in hits
-        if hit.path.endswith(".py")
-        for blob in _versions(commit, hit)
-        if blob
-    }
+    versions = [_versions(item.commit, hit) for item in touched for hit in item.hits if hit.path.endswith(".py")]
+    wanted = {blob for version in versions for blob in (version.old, version.new) if blob}
     blobs = BlobSet(repo, wanted)
     records = cache.get_many(blobs, blobs.shas) if wanted else {}
     found: dict[str, list[SymbolChange]] = {}
-    for commit, hits in touched:
+    for item in touched:
         changes: list[SymbolChange] = []
-        for hit in hits:
-            changes += _file_changes(hit, *_versions(commit, hit), records)
-        found[commit.sha] = changes
+        for hit in item.hits:
+            changes += _file_changes(hit, _versions(item.commit, hit), records)
+        found[item.commit.sha] = changes
     return found
 
 
-def _file_changes(hit: Hit, old: str | None, new: str | None, records: dict[str, ModuleRecord]) -> list[SymbolChange]:
+def _file_changes(hit: Hit, versions: Versions, records: dict[str, ModuleRecord]) -> list[SymbolChange]:
+    old, new = versions.old, versions.new
     module = module_name(hit.path) or hit.path
     whole = f"{module}:{WHOLE_MODULE}"
     if old is None or new is None:

@@ -12,24 +12,41 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from ..code.codebase import Codebase, Outcome, Ref
 from ..code.module_index import Definition, IndexedModule, module_name
 from ..code.overrides import Overrides, class_chain
-from ..compare.pairing import Pair
+from ..compare.pairs import Pair
 from ..compare.symdiff import strip_maca
 from .commits import IMPORT_PREFIX, WHOLE_MODULE, SymbolChange
+from .symbols import UPSTREAM_ROOT
 
-UPSTREAM_ROOT = "vllm"
-Add = Callable[[str, str], None]
+DependencyKind = Literal["copy", "subclass", "override", "importer", "module_importer", "patch", "registration"]
+Add = Callable[[str, DependencyKind], None]
 
 
 @dataclass(frozen=True)
 class Dependent:
     plugin_symbol: str
-    how: str
-    """copy | subclass | override | importer | module_importer | patch | registration."""
+    how: DependencyKind
     upstream_symbol: str
+
+
+@dataclass(frozen=True)
+class Subclass:
+    """A plugin class whose chain reaches an upstream class."""
+
+    module: str
+    definition: Definition
+
+
+@dataclass(frozen=True)
+class Importer:
+    """A plugin module importing an upstream name (or module) under `alias`."""
+
+    module: IndexedModule
+    alias: str
 
 
 def _upstream(name: str) -> bool:
@@ -48,8 +65,10 @@ class Dependents:
             local = code.get(module_name(pair.local) or "")
             if pair.upstream and local is not None:
                 self.copies.setdefault(module_name(pair.upstream) or "", []).append(local)
-        self.subclasses: dict[tuple[str, str], list[tuple[str, Definition]]] = {}
-        self.importers: dict[tuple[str, str | None], list[tuple[IndexedModule, str]]] = {}
+        self.subclasses: dict[tuple[str, str], list[Subclass]] = {}
+        """(upstream module, class) -> plugin subclasses."""
+        self.importers: dict[tuple[str, str | None], list[Importer]] = {}
+        """(upstream module, name or None for the module itself) -> plugin importers."""
         for module in self.plugin:
             self._index_classes(module)
             self._index_imports(module)
@@ -60,7 +79,7 @@ class Dependents:
                 continue
             for owner, base in class_chain(self.code, module.name, definition.name)[1:]:
                 if _upstream(owner):
-                    self.subclasses.setdefault((owner, base.name), []).append((module.name, definition))
+                    self.subclasses.setdefault((owner, base.name), []).append(Subclass(module.name, definition))
 
     def _index_imports(self, module: IndexedModule) -> None:
         for record in module.record.imports:
@@ -69,14 +88,16 @@ class Dependents:
             target = module.absolute(record.module)
             if not record.names:
                 if _upstream(target):
-                    self.importers.setdefault((target, None), []).append((module, record.alias or target.split(".")[0]))
+                    self.importers.setdefault((target, None), []).append(
+                        Importer(module, record.alias or target.split(".")[0])
+                    )
                 continue
             for original, alias in record.names:
                 found = self.code.resolve(target, None if original == "*" else original)
                 if not _upstream(found.module):
                     continue
                 key = (found.module, found.name) if found.outcome is Outcome.DEFINED else (found.module, None)
-                self.importers.setdefault(key, []).append((module, alias))
+                self.importers.setdefault(key, []).append(Importer(module, alias))
 
     def of_changes(self, changes: list[SymbolChange], targets: Mapping[str, str]) -> list[Dependent]:
         """Dependents of every symbol a commit changed; `targets` maps a path at the commit to the
@@ -94,7 +115,7 @@ class Dependents:
         owner, _, member = qualified.partition(".")
         found: dict[tuple[str, str], Dependent] = {}
 
-        def add(symbol: str, how: str) -> None:
+        def add(symbol: str, how: DependencyKind) -> None:
             found.setdefault((symbol, how), Dependent(symbol, how, named))
 
         if qualified == WHOLE_MODULE:
@@ -102,8 +123,8 @@ class Dependents:
                 add(local.name, "copy")
             for (where, _), users in self.importers.items():
                 if where == module:
-                    for importer, _alias in users:
-                        add(importer.name, "importer")
+                    for user in users:
+                        add(user.module.name, "importer")
         elif owner.startswith(IMPORT_PREFIX):
             name = qualified[len(IMPORT_PREFIX) :]
             for local in self.copies.get(module, []):
@@ -127,21 +148,22 @@ class Dependents:
                     add(f"{local.name}:{definition.name}.{member}", "copy")
 
     def _subclasses(self, module: str, owner: str, member: str, add: Add) -> None:
-        for where, definition in self.subclasses.get((module, owner), []):
-            if member and member in definition.members:
-                add(f"{where}:{definition.name}.{member}", "override")
+        for subclass in self.subclasses.get((module, owner), []):
+            name = f"{subclass.module}:{subclass.definition.name}"
+            if member and member in subclass.definition.members:
+                add(f"{name}.{member}", "override")
             else:
-                add(f"{where}:{definition.name}", "subclass")
+                add(name, "subclass")
 
     def _importers(self, module: str, owner: str, add: Add) -> None:
-        for importer, alias in self.importers.get((module, owner), []):
-            users = [d.name for d in importer.record.definitions if alias in d.names_used]
+        for importer in self.importers.get((module, owner), []):
+            users = [d.name for d in importer.module.record.definitions if importer.alias in d.names_used]
             for user in users:
-                add(f"{importer.name}:{user}", "importer")
+                add(f"{importer.module.name}:{user}", "importer")
             if not users:
-                add(importer.name, "importer")
-        for importer, _alias in self.importers.get((module, None), []):
-            add(importer.name, "module_importer")
+                add(importer.module.name, "importer")
+        for importer in self.importers.get((module, None), []):
+            add(importer.module.name, "module_importer")
 
     def _replacements(self, module: str, owner: str, member: str, whole: bool, add: Add) -> None:
         def hits(ref: Ref) -> bool:

@@ -16,14 +16,9 @@ from typing import Any
 
 from ..code.codebase import Codebase
 from ..code.module_index import RecordCache
-from ..compare.pairing import Pair, Status, Trees
-from ..compare.releases import (
-    Counterpart,
-    FileReleases,
-    PairingInputs,
-    Release,
-    closest_releases,
-)
+from ..compare.inputs import PairingInputs
+from ..compare.pairs import Pair, Status, Trees
+from ..compare.releases import Counterpart, FileReleases, Release, closest_releases
 from ..compare.textdiff import StatsCache
 from ..foundation.errors import bad_input
 from ..sources.git import Repository
@@ -69,7 +64,8 @@ def ancestor_release(repo: Repository, label: str, target: str) -> Release:
     subject = RevisionSubject(repo, label)
     if repo.text("merge-base", subject.commit, target).strip() != subject.commit:
         raise bad_input(
-            f"{label} ({subject.commit[:12]}) is not an ancestor of the target: a range runs from an older release to the target."
+            f"{label} ({subject.commit[:12]}) is not an ancestor of the target: "
+            "a range runs from an older release to the target."
         )
     return Release(label, subject, subject.commit)
 
@@ -108,7 +104,8 @@ def counterpart_imports(trees: Trees, code: Codebase, counterpart: str) -> list[
         if record.branch == "not_taken":
             continue
         target = module.absolute(record.module)
-        for original, _alias in record.names or [[None, None]]:
+        originals: list[str | None] = [original for original, _alias in record.names] or [None]
+        for original in originals:
             resolved = code.resolve(target, None if original in (None, "*") else original)
             indexed = code.get(resolved.module)
             if indexed is not None and indexed.side == "upstream" and indexed.path != counterpart:
@@ -116,23 +113,32 @@ def counterpart_imports(trees: Trees, code: Codebase, counterpart: str) -> list[
     return sorted(found)
 
 
+@dataclass(frozen=True)
+class TrackedFiles:
+    tracks: list[Track]
+    """What to list per file with a counterpart and a base."""
+    unknowns: list[str]
+    """The files whose range is unknown (no base)."""
+
+
 def file_tracks(
     pairs: list[Pair], bases: Mapping[str, FileBase], imports: Callable[[str], list[str]] | None
-) -> tuple[list[Track], list[str]]:
-    """What to list per file with a counterpart, and the files whose range is unknown."""
-    tracks, unknowns = [], []
+) -> TrackedFiles:
+    tracks: list[Track] = []
+    unknowns: list[str] = []
     for pair in pairs:
         if pair.upstream is None or pair.status is Status.LOCAL_ONLY:
             continue
         base = bases.get(pair.local)
         if base is None:
             unknowns.append(
-                f"{pair.local}: no base — none of the releases has its counterpart and the ledger records none; pass base."
+                f"{pair.local}: no base — none of the releases has its counterpart and the ledger records none; "
+                "pass base."
             )
             continue
         followed = imports(pair.upstream) if imports else []
         tracks.append(Track(pair.local, (pair.upstream, *followed), base.commit, base.path))
-    return tracks, unknowns
+    return TrackedFiles(tracks, unknowns)
 
 
 def file_ranges(repo: Repository, bases: Mapping[str, FileBase], target: str, target_label: str) -> dict[str, Range]:
@@ -141,8 +147,16 @@ def file_ranges(repo: Repository, bases: Mapping[str, FileBase], target: str, ta
     return {local: Range(f"{b.label}..{target_label}", by_commit[b.commit]) for local, b in bases.items()}
 
 
-def matrix_bases(repo: Repository, bases: Mapping[str, FileBase]) -> tuple[list[Release], dict[str, FileReleases]]:
-    """The releases and per-file closest releases `difference_matrix` takes, from the bases."""
+@dataclass(frozen=True)
+class MatrixBases:
+    """The releases and per-file closest releases `difference_matrix` takes."""
+
+    releases: list[Release]
+    closest: dict[str, FileReleases]
+
+
+def matrix_bases(repo: Repository, bases: Mapping[str, FileBase]) -> MatrixBases:
+    """The difference matrix's bases, from the files' bases."""
     releases: dict[str, Release] = {}
     closest: dict[str, FileReleases] = {}
     for local, base in bases.items():
@@ -153,4 +167,4 @@ def matrix_bases(repo: Repository, bases: Mapping[str, FileBase]) -> tuple[list[
             label = f"{base.label}@{base.commit[:12]}"  # one name, two commits (e.g. HEAD~3 named by two calls)
         releases.setdefault(label, Release(label, RevisionSubject(repo, base.commit), base.commit))
         closest[local] = FileReleases(local, {label: Counterpart(base.path, base.sha, 0)}, label)
-    return list(releases.values()), closest
+    return MatrixBases(list(releases.values()), closest)

@@ -9,14 +9,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ..foundation.errors import ToolFailure
 from ..foundation.isolated import run_isolated
 from ..foundation.results import digest
 from ..foundation.state import StateStore
 from ..target import script_source
-from .layout import Layout, analyse, compact_ids
+from .findings import Finding
+from .layer_ids import compact_ids
+from .layout import Layout, analyse
 
 CONSTRUCT_MARKER = "@@CONSTRUCT@@"
 CONSTRUCT_TIMEOUT_S = 300
@@ -77,11 +79,16 @@ def run_construct(
 # -- differences -------------------------------------------------------------------------------
 
 
+ConfigName = Literal["target", "draft", "transformers"]
+ChangeKind = Literal["added", "removed", "changed", "truncated", "extended", "transformed"]
+ConstructStatus = Literal["complete", "partial", "failed"]
+
+
 @dataclass(frozen=True)
 class Difference:
-    config: str
+    config: ConfigName
     field: str
-    change: str
+    change: ChangeKind
     raw: str | None
     constructed: str | None
 
@@ -96,7 +103,7 @@ def render(value: Any) -> str:
     return text if len(text) <= VALUE_CHARS else text[: VALUE_CHARS - 3] + "..."
 
 
-def _list_change(before: list[Any], after: list[Any]) -> str:
+def _list_change(before: list[Any], after: list[Any]) -> ChangeKind:
     if len(after) < len(before) and before[: len(after)] == after:
         return "truncated"
     if len(after) > len(before) and after[: len(before)] == before:
@@ -105,7 +112,7 @@ def _list_change(before: list[Any], after: list[Any]) -> str:
 
 
 def diff_dicts(
-    config: str, before: dict[str, Any], after: dict[str, Any], ignore_added: dict[str, Any] | None = None
+    config: ConfigName, before: dict[str, Any], after: dict[str, Any], ignore_added: dict[str, Any] | None = None
 ) -> list[Difference]:
     """Field-by-field differences; nested dicts by dotted path. Generic base-class attributes
     that appear with their base default (`ignore_added`) are not differences of this model."""
@@ -115,7 +122,12 @@ def diff_dicts(
 
 
 def _diff(
-    config: str, path: str, before: dict[str, Any], after: dict[str, Any], base: dict[str, Any], out: list[Difference]
+    config: ConfigName,
+    path: str,
+    before: dict[str, Any],
+    after: dict[str, Any],
+    base: dict[str, Any],
+    out: list[Difference],
 ) -> None:
     for key in sorted(set(before) | set(after), key=str):
         name = f"{path}{key}"
@@ -128,7 +140,7 @@ def _diff(
         elif isinstance(before[key], dict) and isinstance(after[key], dict):
             _diff(config, f"{name}.", before[key], after[key], {}, out)
         elif before[key] != after[key] and not _same_number(before[key], after[key]):
-            change = (
+            change: ChangeKind = (
                 _list_change(before[key], after[key])
                 if isinstance(before[key], list) and isinstance(after[key], list)
                 else "changed"
@@ -151,7 +163,7 @@ def _same_number(a: Any, b: Any) -> bool:
 class ConstructedView:
     """The parts of a construct report the tool shows, with the differences computed."""
 
-    status: str
+    status: ConstructStatus
     config_class: str | None
     model_type: str | None
     architectures: list[str] | None
@@ -208,6 +220,7 @@ def view(raw: dict[str, Any], report: dict[str, Any], model_path: str = "", mode
         ]
     differences.sort(key=lambda d: (CHANGE_ORDER.get(d.change, 9), CONFIG_ORDER.get(d.config, 9), d.field))
     platform = report.get("platform") or {}
+    status: ConstructStatus
     if target and not target.get("partial") and not errors:
         status = "complete"
     elif target:
@@ -241,13 +254,11 @@ def view(raw: dict[str, Any], report: dict[str, Any], model_path: str = "", mode
 
 # -- what construction did to the layer layout -------------------------------------------------
 
-Problem = tuple[str, str, str]
 
-
-def constructed_findings(layout: Layout, built: ConstructedView) -> list[Problem]:
+def constructed_findings(layout: Layout, built: ConstructedView) -> list[Finding]:
     """Arrays the constructors truncated, dropped or left inconsistent, derived layer types that
     disagree with the raw rules, and a draft depth that differs from the target's."""
-    findings: list[Problem] = []
+    findings: list[Finding] = []
     for label, document in (("target", built.target_dict), ("transformers", built.transformers_dict)):
         if document:
             findings += _array_findings(label, layout, document)
@@ -255,10 +266,11 @@ def constructed_findings(layout: Layout, built: ConstructedView) -> list[Problem
         findings += _layer_type_findings(layout, built.target_dict)
         if layout.mtp_key and layout.mtp_key not in built.target_dict:
             findings.append(
-                (
+                Finding(
                     "warning",
                     "mtp_key_dropped",
-                    f"the constructed config has no {layout.mtp_key}: the MTP count the file declares is not what vLLM reads.",
+                    f"the constructed config has no {layout.mtp_key}: the MTP count the file declares is not what "
+                    "vLLM reads.",
                 )
             )
     if built.draft_dict and built.target_dict:
@@ -268,11 +280,12 @@ def constructed_findings(layout: Layout, built: ConstructedView) -> list[Problem
         )
         if target_depth != draft_depth:
             findings.append(
-                (
+                Finding(
                     "warning",
                     "draft_depth_differs",
-                    f"the speculative draft config keeps num_hidden_layers={draft_depth} while the target has {target_depth}: "
-                    f"the draft looks for its MTP layer at index {draft_depth} (dict hf_overrides reach the target only).",
+                    f"the speculative draft config keeps num_hidden_layers={draft_depth} while the target has "
+                    f"{target_depth}: the draft looks for its MTP layer at index {draft_depth} (dict hf_overrides "
+                    "reach the target only).",
                 )
             )
     return findings
@@ -287,7 +300,7 @@ def _lookup(document: dict[str, Any], dotted: str) -> Any:
     return value
 
 
-def _array_findings(label: str, layout: Layout, document: dict[str, Any]) -> list[Problem]:
+def _array_findings(label: str, layout: Layout, document: dict[str, Any]) -> list[Finding]:
     """Per-layer arrays whose length no longer matches the constructed depth, or that were dropped."""
     try:
         built = analyse(document)
@@ -299,11 +312,12 @@ def _array_findings(label: str, layout: Layout, document: dict[str, Any]) -> lis
         value = _lookup(document, array.name)
         if isinstance(value, (list, str)):
             lengths[array.name] = len(value)
-    findings: list[Problem] = [
-        (
+    findings: list[Finding] = [
+        Finding(
             "warning",
             "constructed_array_length",
-            f"{label} config: {name} has {length} entries for {depth} + {extra} layers; the consumer indexes it by layer id.",
+            f"{label} config: {name} has {length} entries for {depth} + {extra} layers; the consumer indexes it "
+            "by layer id.",
         )
         for name, length in sorted(lengths.items())
         if length not in (depth, depth + extra)
@@ -313,11 +327,11 @@ def _array_findings(label: str, layout: Layout, document: dict[str, Any]) -> lis
         if array.covers == "backbone+mtp" and array.name not in lengths and not covers_mtp:
             replaced = ", ".join(f"{a.name} ({a.length})" for a in built.arrays) or "none"
             findings.append(
-                (
+                Finding(
                     "warning",
                     "mtp_entries_dropped",
-                    f"{label} config has no {array.name} ({array.length} entries incl. MTP) and no per-layer array covering the MTP layers "
-                    f"(per-layer arrays: {replaced}): the MTP entries are not carried.",
+                    f"{label} config has no {array.name} ({array.length} entries incl. MTP) and no per-layer array "
+                    f"covering the MTP layers (per-layer arrays: {replaced}): the MTP entries are not carried.",
                 )
             )
     return findings
@@ -327,7 +341,7 @@ COMPARABLE_ATTENTION = frozenset({"attn:full", "attn:sliding", "attn:linear"})
 """Layer-type values the raw rules can produce; other vocabularies (indexed_attention, ...) are not compared."""
 
 
-def _layer_type_findings(layout: Layout, document: dict[str, Any]) -> list[Problem]:
+def _layer_type_findings(layout: Layout, document: dict[str, Any]) -> list[Finding]:
     """A constructor-derived `layer_types` against the raw file's expanded rules."""
     types = document.get("layer_types")
     if not isinstance(types, list) or any(a.name == "layer_types" for a in layout.arrays):
@@ -341,7 +355,7 @@ def _layer_type_findings(layout: Layout, document: dict[str, Any]) -> list[Probl
     if not disagree:
         return []
     return [
-        (
+        Finding(
             "warning",
             "layer_types_disagree",
             f"the constructed layer_types disagree with the raw file's rules for layers {compact_ids(disagree)}.",

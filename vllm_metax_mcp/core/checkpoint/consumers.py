@@ -63,7 +63,16 @@ def subject_tree(label: str, subject: Subject, prefix: str) -> SourceTree:
     return SourceTree(label, tuple((p, contents[p]) for p in paths))
 
 
-def _mentions(trees: Iterable[SourceTree], name: str) -> Iterator[tuple[str, str, str]]:
+@dataclass(frozen=True)
+class _Mention:
+    """A file of a source tree whose text names the field as a whole word."""
+
+    tree: str
+    path: str
+    text: str
+
+
+def _mentions(trees: Iterable[SourceTree], name: str) -> Iterator[_Mention]:
     word = re.compile(rf"\b{re.escape(name)}\b")
     needle = name.encode()
     for tree in trees:
@@ -71,7 +80,7 @@ def _mentions(trees: Iterable[SourceTree], name: str) -> Iterator[tuple[str, str
             if needle in data:
                 text = data.decode(errors="replace")
                 if word.search(text):
-                    yield tree.label, path, text
+                    yield _Mention(tree.label, path, text)
 
 
 def _reads(node: ast.AST, name: str) -> bool:
@@ -113,15 +122,15 @@ def find_consumers(trees: list[SourceTree], name: str, limit: int) -> tuple[list
     word = re.compile(rf"\b{re.escape(name)}\b")
     found: list[Location] = []
     total = 0
-    for label, path, text in _mentions(trees, name):
-        lines = text.splitlines()
-        numbers = _reading_lines(text, name)
+    for mention in _mentions(trees, name):
+        lines = mention.text.splitlines()
+        numbers = _reading_lines(mention.text, name)
         if numbers is None:
             numbers = [n for n, line in enumerate(lines, 1) if word.search(line)]
         for number in numbers:
             total += 1
             if len(found) < limit and number <= len(lines):
-                found.append(Location(label, path, number, lines[number - 1].strip()[:160]))
+                found.append(Location(mention.tree, mention.path, number, lines[number - 1].strip()[:160]))
     return found, total
 
 
@@ -176,12 +185,13 @@ def bases_from_code(trees: list[SourceTree], name: str, limit: int = 10) -> list
         return []
     evidence: list[BaseEvidence] = []
     seen: set[tuple[str, str, int]] = set()
-    for label, path, text in _mentions(trees, leaf):
+    for mention in _mentions(trees, leaf):
+        label, path = mention.tree, mention.path
         try:
-            tree = ast.parse(text)
+            tree = ast.parse(mention.text)
         except (SyntaxError, ValueError):
             continue
-        lines = text.splitlines()
+        lines = mention.text.splitlines()
         for function in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
             aliases = _aliases(function, leaf)
             for node in ast.walk(function):

@@ -11,8 +11,11 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .layout import IdList, Layout, compact_ids, is_mtp_prefix, split_layer_name
-from .safetensors_headers import CheckpointFiles, Problem
+from .findings import Finding, ordered_findings
+from .id_lists import IdList
+from .layer_ids import compact_ids, is_mtp_prefix, split_layer_name
+from .layout import Layout
+from .safetensors_headers import CheckpointFiles
 
 MTP_HEAD_PARTS = frozenset({"eh_proj", "enorm", "hnorm", "shared_head", "e_proj", "h_proj"})
 MLP_PARTS = frozenset({"mlp", "ffn", "feed_forward", "block_sparse_moe"})
@@ -38,7 +41,7 @@ MEANING_TEST: dict[str, tuple[str, Callable[[set[str]], bool | None]]] = {
 
 @dataclass
 class CheckpointReport:
-    findings: list[Problem]
+    findings: list[Finding]
     index_file: str | None
     shard_count: int
     shard_names: list[str]
@@ -118,48 +121,65 @@ def _group(files: CheckpointFiles) -> _Grouped:
     return _Grouped(numbered, per_layer, dtypes, unnumbered_mtp)
 
 
+@dataclass
+class _Layers:
+    """What the numbered tensor names say per logical layer id (MTP layer i is backbone + i)."""
+
+    backbone: int
+    declared_mtp: int
+    prefix: str | None
+    markers: dict[int, set[str]] = field(default_factory=lambda: defaultdict(set))
+    names: dict[int, str] = field(default_factory=dict)
+    mtp_namings: set[str] = field(default_factory=set)
+    mtp_ids: set[int] = field(default_factory=set)
+    undeclared: set[int] = field(default_factory=set)
+
+    @property
+    def present(self) -> list[int]:
+        backbone = self.backbone
+        return sorted(i for i in self.markers if i < backbone or (i - backbone) in self.mtp_ids or i in self.undeclared)
+
+
+def _scan_layers(grouped: _Grouped, prefix: str | None, backbone: int, declared_mtp: int) -> _Layers:
+    found = _Layers(backbone, declared_mtp, prefix)
+    for (layer_prefix, index), parts in grouped.per_layer.items():
+        if layer_prefix == prefix:
+            logical = index
+            if index >= backbone:
+                if index < backbone + declared_mtp:
+                    found.mtp_namings.add(f"{prefix}.{{L+i}}")
+                    found.mtp_ids.add(index - backbone)
+                else:
+                    found.undeclared.add(index)
+        elif is_mtp_prefix(layer_prefix):
+            logical = backbone + index
+            found.mtp_namings.add(f"{layer_prefix}.{{i}}")
+            found.mtp_ids.add(index)
+        else:
+            continue
+        found.markers[logical] |= markers_of(parts)
+        found.names[logical] = f"{layer_prefix}.{index}"
+    return found
+
+
 def cross_check(layout: Layout, files: CheckpointFiles) -> CheckpointReport:
     """Layer ids with tensors, MTP naming and weights, dtypes per part, and every disagreement."""
     backbone = layout.backbone_layers or 0
     declared_mtp = layout.mtp_layers or 0
     grouped = _group(files)
     prefix = _backbone_prefix(grouped.numbered, backbone)
-    findings: list[Problem] = list(files.problems)
-    markers: dict[int, set[str]] = defaultdict(set)
-    names: dict[int, str] = {}
     dtypes: dict[str, Counter[str]] = defaultdict(Counter)
-    mtp_namings: set[str] = set()
-    mtp_ids: set[int] = set()
-    undeclared: set[int] = set()
     for (layer_prefix, index), dtype_counts in grouped.dtypes.items():
         part = _part_of(layer_prefix, index, prefix, backbone, declared_mtp)
         dtypes[part if part != "undeclared" else "backbone"].update(dtype_counts)
-    for (layer_prefix, index), parts in grouped.per_layer.items():
-        if layer_prefix == prefix:
-            logical = index
-            if index >= backbone:
-                if index < backbone + declared_mtp:
-                    mtp_namings.add(f"{prefix}.{{L+i}}")
-                    mtp_ids.add(index - backbone)
-                else:
-                    undeclared.add(index)
-        elif is_mtp_prefix(layer_prefix):
-            logical = backbone + index
-            mtp_namings.add(f"{layer_prefix}.{{i}}")
-            mtp_ids.add(index)
-        else:
-            continue
-        markers[logical] |= markers_of(parts)
-        names[logical] = f"{layer_prefix}.{index}"
-    found_mtp = len(mtp_ids)
-    if grouped.unnumbered_mtp and not mtp_namings:
-        mtp_namings.add("mtp.*")
-    present = sorted(i for i in markers if i < backbone or (i - backbone) in mtp_ids or i in undeclared)
-    findings += _layer_findings(
-        layout, backbone, declared_mtp, prefix, present, mtp_ids, undeclared, mtp_namings, markers
-    )
-    findings += _kind_findings(layout, markers, backbone)
+    found = _scan_layers(grouped, prefix, backbone, declared_mtp)
+    found_mtp = len(found.mtp_ids)
+    if grouped.unnumbered_mtp and not found.mtp_namings:
+        found.mtp_namings.add("mtp.*")
+    findings = [*files.problems, *_count_findings(layout, found), *_placement_findings(found)]
+    findings += _kind_findings(layout, found.markers, backbone)
     findings += _ignore_findings(layout, files)
+    namings = found.mtp_namings
     return CheckpointReport(
         findings=ordered_findings(findings),
         index_file=files.index_name,
@@ -168,16 +188,16 @@ def cross_check(layout: Layout, files: CheckpointFiles) -> CheckpointReport:
         shards_read=files.shards_read,
         tensor_count=len(files.tensors),
         backbone_prefix=prefix,
-        present_layer_ids=present,
+        present_layer_ids=found.present,
         mtp_layers_found=found_mtp,
-        mtp_naming=" and ".join(sorted(mtp_namings)) or None,
-        mtp_weights_present=set(range(declared_mtp)) <= mtp_ids if declared_mtp else (True if mtp_namings else None),
-        undeclared_ids=sorted(undeclared),
+        mtp_naming=" and ".join(sorted(namings)) or None,
+        mtp_weights_present=set(range(declared_mtp)) <= found.mtp_ids if declared_mtp else (True if namings else None),
+        undeclared_ids=sorted(found.undeclared),
         dtypes_by_part={part: dict(counts.most_common()) for part, counts in sorted(dtypes.items())},
         scale_dtypes=_scale_dtypes(files),
         ranks=files.ranks,
-        markers={i: sorted(m) for i, m in markers.items()},
-        names=names,
+        markers={i: sorted(m) for i, m in found.markers.items()},
+        names=found.names,
     )
 
 
@@ -193,65 +213,61 @@ def _part_of(layer_prefix: str, index: int, prefix: str | None, backbone: int, m
     return "mtp" if is_mtp_prefix(layer_prefix) else "other"
 
 
-def ordered_findings(findings: list[Problem]) -> list[Problem]:
-    """Errors first, then warnings, then notes; the order within a severity is kept."""
-    rank = {"error": 0, "warning": 1, "info": 2}
-    return sorted(findings, key=lambda f: rank.get(f[0], 3))
-
-
-def _layer_findings(
-    layout: Layout,
-    backbone: int,
-    declared_mtp: int,
-    prefix: str | None,
-    present: list[int],
-    mtp_ids: set[int],
-    undeclared: set[int],
-    namings: set[str],
-    markers: dict[int, set[str]],
-) -> list[Problem]:
-    findings: list[Problem] = []
-    missing = sorted(set(range(backbone)) - set(present))
+def _count_findings(layout: Layout, found: _Layers) -> list[Finding]:
+    """Declared layers without tensors, and MTP tensors beyond (or without) a declared count."""
+    backbone, prefix = found.backbone, found.prefix
+    declared_mtp, mtp_ids, namings = found.declared_mtp, found.mtp_ids, found.mtp_namings
+    findings: list[Finding] = []
+    missing = sorted(set(range(backbone)) - set(found.present))
     if missing and prefix is not None:
         findings.append(
-            (
+            Finding(
                 "error",
                 "backbone_layers_missing",
-                f"config declares {backbone} backbone layers but layers {compact_ids(missing)} have no tensors under {prefix}.",
+                f"config declares {backbone} backbone layers but layers {compact_ids(missing)} have no tensors "
+                f"under {prefix}.",
             )
         )
     absent = sorted(set(range(declared_mtp)) - mtp_ids)
     if absent:
         findings.append(
-            (
+            Finding(
                 "error",
                 "mtp_declared_without_weights",
-                f"config declares {declared_mtp} MTP layer(s) ({layout.mtp_key}) but MTP layer(s) {compact_ids(absent)} have no tensors "
-                f"(neither {prefix or 'model.layers'}.{backbone} nor mtp.*): speculative decoding with this checkpoint cannot load them.",
+                f"config declares {declared_mtp} MTP layer(s) ({layout.mtp_key}) but MTP layer(s) "
+                f"{compact_ids(absent)} have no tensors (neither {found.prefix or 'model.layers'}.{backbone} nor "
+                "mtp.*): speculative decoding with this checkpoint cannot load them.",
             )
         )
     beyond = sorted(i for i in mtp_ids if i >= declared_mtp)
     if declared_mtp and beyond:
         findings.append(
-            (
+            Finding(
                 "warning",
                 "mtp_weights_beyond_declaration",
-                f"the checkpoint holds MTP layer(s) {compact_ids(beyond)} beyond the {declared_mtp} declared by {layout.mtp_key}: "
-                "they are never built.",
+                f"the checkpoint holds MTP layer(s) {compact_ids(beyond)} beyond the {declared_mtp} declared by "
+                f"{layout.mtp_key}: they are never built.",
             )
         )
     if not declared_mtp and (mtp_ids or namings):
+        declaration = "sets " + str(layout.mtp_key) + " to 0" if layout.mtp_layers == 0 else "has no MTP count key"
         findings.append(
-            (
+            Finding(
                 "warning" if layout.mtp_layers == 0 else "info",
                 "mtp_weights_without_declaration",
-                f"the checkpoint holds MTP tensors ({' and '.join(sorted(namings))}, {len(mtp_ids)} numbered layer(s)) but config.json "
-                f"{'sets ' + str(layout.mtp_key) + ' to 0' if layout.mtp_layers == 0 else 'has no MTP count key'}: "
-                "the consumer code decides how many are built.",
+                f"the checkpoint holds MTP tensors ({' and '.join(sorted(namings))}, {len(mtp_ids)} numbered "
+                f"layer(s)) but config.json {declaration}: the consumer code decides how many are built.",
             )
         )
-    if undeclared:
-        with_head = sorted(i for i in undeclared if "mtp_head" in markers.get(i, set()))
+    return findings
+
+
+def _placement_findings(found: _Layers) -> list[Finding]:
+    """Tensors at layer ids the config does not declare, MTP heads inside the backbone, mixed MTP namings."""
+    backbone, prefix, namings = found.backbone, found.prefix, found.mtp_namings
+    findings: list[Finding] = []
+    if found.undeclared:
+        with_head = sorted(i for i in found.undeclared if "mtp_head" in found.markers.get(i, set()))
         detail = (
             f"; layers {compact_ids(with_head)} carry MTP-head tensors (eh_proj/enorm/hnorm/shared_head), "
             "so an MTP layer sits at the wrong id"
@@ -259,18 +275,18 @@ def _layer_findings(
             else ""
         )
         findings.append(
-            (
+            Finding(
                 "error",
                 "undeclared_layer_tensors",
-                f"tensors exist for layer ids {compact_ids(sorted(undeclared))} under {prefix}, "
-                f"beyond the declared {backbone} + {declared_mtp} layers{detail}. "
+                f"tensors exist for layer ids {compact_ids(sorted(found.undeclared))} under {prefix}, "
+                f"beyond the declared {backbone} + {found.declared_mtp} layers{detail}. "
                 f"vLLM looks for MTP layer i at {prefix}.{{{backbone}+i}}.",
             )
         )
-    heads_in_backbone = sorted(i for i in range(backbone) if "mtp_head" in markers.get(i, set()))
+    heads_in_backbone = sorted(i for i in range(backbone) if "mtp_head" in found.markers.get(i, set()))
     if heads_in_backbone:
         findings.append(
-            (
+            Finding(
                 "error",
                 "mtp_head_in_backbone",
                 f"backbone layers {compact_ids(heads_in_backbone)} carry MTP-head tensors: "
@@ -279,7 +295,7 @@ def _layer_findings(
         )
     if len(namings) > 1:
         findings.append(
-            (
+            Finding(
                 "warning",
                 "mtp_naming_mixed",
                 f"MTP tensors appear under more than one naming ({', '.join(sorted(namings))}).",
@@ -295,9 +311,13 @@ MISMATCH_MESSAGES = {
     "indexer_missing": "config gives layers {ids} a sparse-attention indexer but their tensors hold none",
     "indexer_unconfigured": "tensors of layers {ids} hold an indexer the config does not configure",
     "hash_missing": "config hash-routes layers {ids} but their tensors hold no tid2eid table",
-    "hash_unconfigured": "tensors of layers {ids} hold a hash-routing table (tid2eid) but the config routes them by learned gates",
+    "hash_unconfigured": (
+        "tensors of layers {ids} hold a hash-routing table (tid2eid) but the config routes them by learned gates"
+    ),
     "compressor_missing": "config gives layers {ids} a KV compression ratio but their tensors hold no compressor",
-    "compressor_unconfigured": "tensors of layers {ids} hold a compressor but the config gives them no compression ratio",
+    "compressor_unconfigured": (
+        "tensors of layers {ids} hold a compressor but the config gives them no compression ratio"
+    ),
 }
 
 
@@ -329,7 +349,7 @@ def _layer_mismatches(kinds: list[str], found: set[str], indexer_open: bool) -> 
     return wrong
 
 
-def _kind_findings(layout: Layout, markers: dict[int, set[str]], backbone: int) -> list[Problem]:
+def _kind_findings(layout: Layout, markers: dict[int, set[str]], backbone: int) -> list[Finding]:
     """Config-derived kinds contradicted by the tensors of the same layer, grouped by kind."""
     buckets: dict[str, list[int]] = defaultdict(list)
     for layer in range(backbone):
@@ -338,7 +358,7 @@ def _kind_findings(layout: Layout, markers: dict[int, set[str]], backbone: int) 
             for code in _layer_mismatches(layout.kinds.get(layer, []), found, layout.index_topk_layers_undetermined):
                 buckets[code].append(layer)
     return [
-        (
+        Finding(
             "error",
             "kind_mismatch",
             MISMATCH_MESSAGES[code].format(ids=compact_ids(ids)) + "; the config and the checkpoint disagree.",
@@ -347,7 +367,7 @@ def _kind_findings(layout: Layout, markers: dict[int, set[str]], backbone: int) 
     ]
 
 
-def _ignore_findings(layout: Layout, files: CheckpointFiles) -> list[Problem]:
+def _ignore_findings(layout: Layout, files: CheckpointFiles) -> list[Finding]:
     """Quantization ignore entries that name no module of the checkpoint (only when all shards were read)."""
     quant = layout.quantization
     if quant is None or quant.ignore is None or files.missing_shards or not files.tensors:
@@ -356,7 +376,7 @@ def _ignore_findings(layout: Layout, files: CheckpointFiles) -> list[Problem]:
     if not unmatched:
         return []
     return [
-        (
+        Finding(
             "warning",
             "ignore_entry_without_tensors",
             f"{len(unmatched)} of {quant.ignore.total} {quant.ignore.key} entries name no module of the checkpoint "
@@ -402,7 +422,10 @@ def base_from_tensors(
         if all(verdict == (i in listed) for i, verdict in evidenced.items()):
             fitting.append(base)
     having = sorted(i for i, verdict in evidenced.items() if verdict)
-    shown = f"tensor names: layers {compact_ids(having) or 'none'} have {what} (of {len(evidenced)} layers with such tensors)"
+    shown = (
+        f"tensor names: layers {compact_ids(having) or 'none'} have {what} "
+        f"(of {len(evidenced)} layers with such tensors)"
+    )
     if len(fitting) == 1:
         return fitting[0], f"{shown}; {item.name} matches them read {fitting[0]}-based", False
     if not fitting:

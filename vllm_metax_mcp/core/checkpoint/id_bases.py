@@ -9,11 +9,10 @@ from typing import Any
 
 from .consumers import SourceTree, bases_from_code
 from .cross_check import CheckpointReport, base_from_tensors, cross_check
-from .layout import IdList, Layout, rebuild_kinds
+from .findings import Finding
+from .id_lists import IdList
+from .layout import Layout, rebuild_kinds
 from .safetensors_headers import CheckpointFiles
-
-Finding = tuple[str, str, str]
-"""(severity, code, message)."""
 
 
 def _decide_bases(
@@ -31,10 +30,11 @@ def _decide_bases(
             decided = _from_code(item, trees, model_class, findings)
         if decided is not None and before is not None and decided != before:
             findings.append(
-                (
+                Finding(
                     "warning",
                     "id_list_base_conflict",
-                    f"{item.name}: the values suggest {before}-based ids but stronger evidence says {decided}-based ({item.evidence}).",
+                    f"{item.name}: the values suggest {before}-based ids but stronger evidence says {decided}-based "
+                    f"({item.evidence}).",
                 )
             )
         changed |= item.base != before
@@ -48,7 +48,7 @@ def _from_tensors(item: IdList, layout: Layout, report: CheckpointReport | None,
         item, report.markers, layout.backbone_layers or 0, layout.mtp_layers or 0
     )
     if contradicted:
-        findings.append(("error", "id_list_contradicts_tensors", evidence))
+        findings.append(Finding("error", "id_list_contradicts_tensors", evidence))
     if base is not None:
         item.base, item.evidence = base, evidence
     return base
@@ -68,7 +68,11 @@ def _from_code(item: IdList, trees: list[SourceTree], model_class: str | None, f
     )
     if len(bases) > 1:
         findings.append(
-            ("warning", "id_list_consumers_disagree", f"{item.name}: consumers read it both 0- and 1-based ({cited}).")
+            Finding(
+                "warning",
+                "id_list_consumers_disagree",
+                f"{item.name}: consumers read it both 0- and 1-based ({cited}).",
+            )
         )
         return None
     item.base, item.evidence = bases.pop(), cited
@@ -82,7 +86,8 @@ def cross_check_with_bases(
     trees: list[SourceTree],
     model_class: str | None,
 ) -> tuple[CheckpointReport | None, list[Finding]]:
-    """Cross-check, decide id-list bases from its tensor evidence (or code), and redo the layer kinds that depend on them."""
+    """Cross-check, decide id-list bases from its tensor evidence (or code), and redo the layer kinds that
+    depend on them."""
     report = cross_check(layout, files) if files else None
     changed, findings = _decide_bases(layout, report, trees, model_class)
     if changed:

@@ -17,15 +17,13 @@ from ..foundation.errors import ToolFailure
 from ..foundation.policy import FileTooLarge, Policy
 from ..foundation.safe_load import load_json_bounded
 from ..target.extract import HeaderError, parse_header
+from .findings import Finding
 
 SHARD_SUFFIX = ".safetensors"
 INDEX_SUFFIX = ".safetensors.index.json"
 PREFERRED_INDEX = "model.safetensors.index.json"
 MAX_INDEX_BYTES = 256 * 1024 * 1024
 RANK_PATTERN = re.compile(r"(?:^|[-_.])(?:mp_rank|tp_rank|rank|tp)[-_]?(\d+)", re.IGNORECASE)
-
-Problem = tuple[str, str, str]
-"""(severity, code, message)."""
 
 
 @dataclass(frozen=True)
@@ -47,7 +45,7 @@ class CheckpointFiles:
     shards_read: int
     missing_shards: list[str]
     tensors: dict[str, Tensor]
-    problems: list[Problem] = field(default_factory=list)
+    problems: list[Finding] = field(default_factory=list)
     other_indexes: list[str] = field(default_factory=list)
 
     @property
@@ -91,7 +89,7 @@ def scan_checkpoint(directory: Path, policy: Policy) -> CheckpointFiles | None:
     shards_on_disk = sorted(p.name for p in directory.iterdir() if p.name.endswith(SHARD_SUFFIX) and p.is_file())
     if not indexes and not shards_on_disk:
         return None
-    problems: list[Problem] = []
+    problems: list[Finding] = []
     weight_map: dict[str, str] | None = None
     index_name = None
     if indexes:
@@ -100,7 +98,7 @@ def scan_checkpoint(directory: Path, policy: Policy) -> CheckpointFiles | None:
             weight_map = _load_index(directory / index_name, policy)
         except HeaderError as exc:
             problems.append(
-                ("error", "bad_index", f"{index_name} {exc}; the cross-check uses the shard headers alone.")
+                Finding("error", "bad_index", f"{index_name} {exc}; the cross-check uses the shard headers alone.")
             )
     if weight_map is not None:
         names = list(dict.fromkeys(weight_map.values()))
@@ -119,7 +117,11 @@ def _read_shards(
     for name in names:
         if not _safe_shard_name(name):
             files.problems.append(
-                ("error", "bad_shard_name", f"the index names shard {name!r}, which is not a plain relative file name.")
+                Finding(
+                    "error",
+                    "bad_shard_name",
+                    f"the index names shard {name!r}, which is not a plain relative file name.",
+                )
             )
             continue
         path = directory / name
@@ -130,16 +132,18 @@ def _read_shards(
             headers[name] = read_header(policy.readable(path))
         except ToolFailure as failure:
             files.problems.append(
-                (
+                Finding(
                     "error",
                     "shard_unreadable",
                     f"shard {name} cannot be read within the server's roots ({failure.code.value}).",
                 )
             )
         except HeaderError as exc:
-            files.problems.append(("error", "bad_header", f"shard {name} {exc}; its tensors are not counted."))
+            files.problems.append(Finding("error", "bad_header", f"shard {name} {exc}; its tensors are not counted."))
         except OSError as exc:
-            files.problems.append(("error", "shard_unreadable", f"shard {name} cannot be read ({exc.strerror})."))
+            files.problems.append(
+                Finding("error", "shard_unreadable", f"shard {name} cannot be read ({exc.strerror}).")
+            )
     files.shards_read = len(headers)
     return headers
 
@@ -159,14 +163,20 @@ def _merge(
     if twice:
         example = ", ".join(f"{t} ({' and '.join(owners[t][:2])})" for t in twice[:3])
         files.problems.append(
-            (
+            Finding(
                 "error",
                 "tensor_in_two_shards",
                 f"{len(twice)} tensors are in more than one shard header (e.g. {example}).",
             )
         )
-    if weight_map is None:
-        return
+    if weight_map is not None:
+        _merge_index(files, weight_map, headers, on_disk)
+
+
+def _merge_index(
+    files: CheckpointFiles, weight_map: dict[str, str], headers: dict[str, dict[str, Tensor]], on_disk: list[str]
+) -> None:
+    """The index's shard wins for a tensor; index-only names are kept without dtype and shape."""
     for tensor, shard in weight_map.items():
         if tensor in headers.get(shard, {}):
             files.tensors[tensor] = headers[shard][tensor]
@@ -178,9 +188,16 @@ def _merge(
             continue
         files.tensors.setdefault(tensor, Tensor(None, None, shard))
     not_in_index = sorted(t for shard, tensors in headers.items() for t in tensors if weight_map.get(t) != shard)
+    files.problems.extend(_index_findings(files, not_in_header, not_in_index, on_disk))
+
+
+def _index_findings(
+    files: CheckpointFiles, not_in_header: list[str], not_in_index: list[str], on_disk: list[str]
+) -> list[Finding]:
+    found: list[Finding] = []
     if files.missing_shards and len(files.missing_shards) < len(files.shard_names):
-        files.problems.append(
-            (
+        found.append(
+            Finding(
                 "error",
                 "shards_missing",
                 f"{len(files.missing_shards)} of {len(files.shard_names)} shards named by the index are absent "
@@ -188,16 +205,17 @@ def _merge(
             )
         )
     if not_in_header:
-        files.problems.append(
-            (
+        found.append(
+            Finding(
                 "error",
                 "index_tensor_not_in_shard",
-                f"{len(not_in_header)} tensors the index places in a shard are not in its header (e.g. {', '.join(not_in_header[:3])}).",
+                f"{len(not_in_header)} tensors the index places in a shard are not in its header "
+                f"(e.g. {', '.join(not_in_header[:3])}).",
             )
         )
     if not_in_index:
-        files.problems.append(
-            (
+        found.append(
+            Finding(
                 "warning",
                 "shard_tensor_not_in_index",
                 f"{len(not_in_index)} tensors in shard headers are not mapped there by the index "
@@ -206,10 +224,11 @@ def _merge(
         )
     unlisted = sorted(set(on_disk) - set(files.shard_names))
     if unlisted:
-        files.problems.append(
-            (
+        found.append(
+            Finding(
                 "info",
                 "shard_not_in_index",
                 f"{len(unlisted)} .safetensors files are not named by the index (e.g. {', '.join(unlisted[:3])}).",
             )
         )
+    return found

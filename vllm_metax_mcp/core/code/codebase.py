@@ -12,7 +12,7 @@ from enum import Enum
 
 from ..foundation.evidence import FileEvidence
 from ..sources.subjects import RevisionSubject, Subject
-from .module_index import IndexedModule, ModuleIndex
+from .module_index import IndexedModule, ModuleIndex, Side
 
 Lookup = Callable[[str], IndexedModule | None]
 MAX_HOPS = 12
@@ -97,13 +97,16 @@ class Codebase:
     """The plugin subject and the upstream target, indexed together (plugin modules win)."""
 
     index: ModuleIndex
-    subjects: dict[str, Subject]
-    """side ("plugin" / "upstream") -> subject."""
+    subjects: dict[Side, Subject]
     first_party: frozenset[str]
     _trees: dict[str, ast.Module | None] = field(default_factory=dict)
 
     def get(self, name: str) -> IndexedModule | None:
         return self.index.get(name)
+
+    def module(self, name: str) -> IndexedModule:
+        """A module known to be indexed (one a walk reached); KeyError otherwise."""
+        return self.index.modules[name]
 
     def resolve(self, module: str, name: str | None) -> Resolved:
         return resolve_name(self.index.get, module, name)
@@ -159,7 +162,8 @@ class Codebase:
 
     def _descend(self, ref: Ref, rest: list[str]) -> Ref:
         """Follow attribute access through submodules and re-exports while the path names modules."""
-        module, path = ref.module, []
+        module = ref.module
+        path: list[str] = []
         for part in [*ref.path, *rest]:
             if path:
                 path.append(part)

@@ -1,6 +1,6 @@
 """Per-file facts cached by blob sha: a second scan of the same bytes reads and parses nothing.
 
-The module index (`pyindex`) keeps imports and definitions; mechanism scanners (overrides,
+The module index (`module_index`) keeps imports and definitions; mechanism scanners (overrides,
 kernels) keep their own small JSON facts per file here, salted by scanner name and version.
 """
 

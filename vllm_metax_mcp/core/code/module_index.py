@@ -1,7 +1,7 @@
 """The Python module index: per file, what it imports (under which guard), defines and uses.
 
-Scanning is `ast` only (`pyscan`). A file's record depends only on its bytes, so records are
-cached in the state directory by blob sha, as the JSON rows `pyscan` produces, and misses are
+Scanning is `ast` only (`scanner`). A file's record depends only on its bytes, so records are
+cached in the state directory by blob sha, as the JSON rows `scanner` produces, and misses are
 parsed in worker processes. A request for a whole tree also keeps one bundle of all its records,
 keyed by the set of blob shas, so indexing the same tree again reads one file instead of one per
 module, and decodes the bulk of a record (definitions, names used) only for the modules a tool
@@ -21,11 +21,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Literal
 
 from ..foundation.atomic import write_bytes_atomic
 from ..foundation.state import StateStore
 from ..sources.subjects import Subject
-from .scanner import DetailRow, GraphRow, scan_row
+from .scanner import Branch, DetailRow, GraphRow, scan_row
 
 RECORD_VERSION = 6
 PARALLEL_THRESHOLD = 64
@@ -35,24 +36,27 @@ MAX_BUNDLES = 8
 """Bundles kept, most recently used first (one is about 14 MB for the vLLM tree); a tree whose bundle
 was pruned reads its records from the shards again."""
 
+Side = Literal["plugin", "upstream"]
+"""Which tree a module of an index comes from: the plugin subject or upstream vLLM."""
+DefinitionKind = Literal["class", "function", "assignment"]
+
 
 @dataclass
 class ImportRecord:
     module: str
     """Target module as written (relative imports keep their leading dots until assembly)."""
     names: list[list[str]]
-    """[name, alias] pairs of a from-import; empty for `import x`."""
+    """[name, alias] pairs of a from-import; empty for `import x` (kept as decoded from the row)."""
     alias: str | None
     line: int
     guard: str | None
-    branch: str
-    """taken | conditional | not_taken | lazy (inside a function)."""
+    branch: Branch
 
 
 @dataclass
 class Definition:
     name: str
-    kind: str
+    kind: DefinitionKind
     line: int
     end_line: int
     bases: list[str] = field(default_factory=list)
@@ -301,7 +305,7 @@ class RecordCache:
         else:
             scanned = [scan(item) for item in items]
         shards: dict[str, list[str]] = {}
-        for (sha, _), text in zip(items, scanned):
+        for (sha, _), text in zip(items, scanned, strict=True):
             graph, _, detail = text.partition("\t")
             self.memory[sha], stored[sha] = ModuleRecord(json.loads(graph), detail_text=detail), text
             shards.setdefault(sha[:2], []).append(f"{sha}\t{text}\n")
@@ -326,7 +330,7 @@ def module_name(path: str) -> str | None:
 @dataclass
 class IndexedModule:
     name: str
-    side: str
+    side: Side
     path: str
     is_package: bool
     record: ModuleRecord
@@ -348,7 +352,7 @@ class ModuleIndex:
     def __init__(self) -> None:
         self.modules: dict[str, IndexedModule] = {}
 
-    def add_tree(self, side: str, subject: Subject, cache: RecordCache, prefixes: Iterable[str] = ("",)) -> None:
+    def add_tree(self, side: Side, subject: Subject, cache: RecordCache, prefixes: Iterable[str] = ("",)) -> None:
         names = {path: name for prefix in prefixes for path in subject.list(prefix) if (name := module_name(path))}
         records = cache.get_many(subject, sorted(names))
         for path, record in records.items():

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from ..foundation.state import StateStore
 from .codebase import Codebase
@@ -29,6 +29,10 @@ DEFAULT_NAMESPACE = "vllm"
 """`direct_register_custom_op` without `target_lib` registers into vLLM's own library."""
 DEFINE = re.compile(r"#\s*define\s+(\w+)\s+(\w+)")
 STRING_OR_COMMENT = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*|/\*.*?\*/', re.S)
+
+RegistrationHow = Literal[
+    "direct_register_custom_op", "torch.library.custom_op", "torch.library.define", "Library.define", "TORCH_LIBRARY"
+]
 
 
 # -- Python facts ----------------------------------------------------------------------------
@@ -115,19 +119,79 @@ def scan_python(source: bytes) -> dict[str, Any]:
     }
 
 
-def local_ops(facts: dict[str, Any]) -> list[tuple[str, int]]:
-    """(`ns.op`, line) of each registration whose namespace the file itself names; `direct_register_custom_op`
-    without a target library registers into vLLM's own."""
-    libraries = facts.get("libraries", {})
-    found = []
-    for item in facts.get("registrations", []):
-        if item.get("op"):
-            found.append((item["op"], item["line"]))
-        elif item["how"] == "direct_register_custom_op":
-            found.append((f"{libraries.get(item.get('lib') or '', DEFAULT_NAMESPACE)}.{item['name']}", item["line"]))
-        elif item.get("lib") in libraries:
-            found.append((f"{libraries[item['lib']]}.{item['name']}", item["line"]))
-    return found
+@dataclass(frozen=True)
+class OpSite:
+    """An op (`ns.name`) and the line of a file that uses or registers it."""
+
+    op: str
+    line: int
+
+
+@dataclass(frozen=True)
+class NamespaceDefinition:
+    """`Library("ns", "DEF")`: the file defines the namespace outright."""
+
+    namespace: str
+    line: int
+
+
+@dataclass(frozen=True)
+class PythonRegistration:
+    """One op registration call as the scan keeps it."""
+
+    callee: str
+    how: RegistrationHow
+    line: int
+    op: str | None = None
+    """`ns.name` when the call spells the namespace out (`torch.library`)."""
+    name: str | None = None
+    """The op name alone, when the namespace is a library object's (`lib`) or the helper's default."""
+    lib: str | None = None
+    schema: str | None = None
+
+
+@dataclass(frozen=True)
+class PythonOpFacts:
+    """What `scan_python` found in one file, read back from its JSON (the cached form)."""
+
+    uses: list[OpSite]
+    libraries: dict[str, str]
+    """Variable -> namespace of the `Library(...)` objects the file creates."""
+    defined: list[NamespaceDefinition]
+    registrations: list[PythonRegistration]
+
+    @classmethod
+    def from_json(cls, facts: dict[str, Any]) -> PythonOpFacts:
+        return cls(
+            [OpSite(op, line) for op, line in facts.get("uses", [])],
+            dict(facts.get("libraries", {})),
+            [NamespaceDefinition(namespace, line) for namespace, line in facts.get("defined", [])],
+            [
+                PythonRegistration(
+                    item["callee"],
+                    item["how"],
+                    item["line"],
+                    item.get("op"),
+                    item.get("name"),
+                    item.get("lib"),
+                    item.get("schema"),
+                )
+                for item in facts.get("registrations", [])
+            ],
+        )
+
+    def local_ops(self) -> list[OpSite]:
+        """Each registration whose namespace the file itself names; `direct_register_custom_op`
+        without a target library registers into vLLM's own."""
+        found = []
+        for item in self.registrations:
+            if item.op:
+                found.append(OpSite(item.op, item.line))
+            elif item.how == "direct_register_custom_op":
+                found.append(OpSite(f"{self.libraries.get(item.lib or '', DEFAULT_NAMESPACE)}.{item.name}", item.line))
+            elif item.lib in self.libraries:
+                found.append(OpSite(f"{self.libraries[item.lib]}.{item.name}", item.line))
+        return found
 
 
 # -- native facts ----------------------------------------------------------------------------
@@ -233,12 +297,12 @@ def scan_native(source: bytes) -> dict[str, Any]:
     return {"registrations": registrations}
 
 
-@dataclass
+@dataclass(frozen=True)
 class OpRegistration:
     op: str
     """ns.name; a namespace with '*' comes from the build (`TORCH_EXTENSION_NAME`)."""
     where: str
-    how: str
+    how: RegistrationHow
     schema: str | None = None
     module: str | None = None
     """The Python module that registers it when imported (None for C++)."""
@@ -249,15 +313,20 @@ class OpRegistration:
         return own == name and re.fullmatch(re.escape(mine).replace(r"\*", ".*"), namespace) is not None
 
 
-def python_facts(store: StateStore, code: Codebase) -> dict[str, dict[str, Any]]:
+def python_facts(store: StateStore, code: Codebase) -> dict[str, PythonOpFacts]:
     """Op facts of every Python module of both trees, by module name."""
     cache = FactCache(store, "ops-python", PYTHON_FACTS_VERSION)
-    facts: dict[str, dict[str, Any]] = {}
+    facts: dict[str, PythonOpFacts] = {}
     for side, subject in code.subjects.items():
         modules = {m.path: m.name for m in code.index.modules.values() if m.side == side}
         for path, value in cache.get_many(subject, sorted(modules), scan_python).items():
-            facts[modules[path]] = value
+            facts[modules[path]] = PythonOpFacts.from_json(value)
     return facts
+
+
+def _libraries(facts: dict[str, PythonOpFacts], module: str) -> dict[str, str]:
+    found = facts.get(module)
+    return found.libraries if found else {}
 
 
 def native_registrations(store: StateStore, code: Codebase) -> list[OpRegistration]:
@@ -276,34 +345,35 @@ def native_registrations(store: StateStore, code: Codebase) -> list[OpRegistrati
 
 
 def _library_namespace(
-    code: Codebase, facts: dict[str, dict[str, Any]], module: str, lib: str | None, callee: str
+    code: Codebase, facts: dict[str, PythonOpFacts], module: str, lib: str | None, callee: str
 ) -> str | None:
     """The namespace of a `Library` object named in `module`, or the registering helper's default."""
     if lib is not None:
-        local = facts.get(module, {}).get("libraries", {})
+        local = _libraries(facts, module)
         if lib in local:
             return local[lib]
         ref = code.bind(module, lib)
-        return facts.get(ref.module, {}).get("libraries", {}).get(ref.path[0]) if ref and len(ref.path) == 1 else None
+        return _libraries(facts, ref.module).get(ref.path[0]) if ref and len(ref.path) == 1 else None
     ref = code.bind(module, callee)
-    defaults = list(facts.get(ref.module, {}).get("libraries", {}).values()) if ref else []
+    defaults = list(_libraries(facts, ref.module).values()) if ref else []
     return defaults[0] if len(set(defaults)) == 1 else None
 
 
-def python_registrations(code: Codebase, facts: dict[str, dict[str, Any]]) -> tuple[list[OpRegistration], list[str]]:
+def python_registrations(code: Codebase, facts: dict[str, PythonOpFacts]) -> tuple[list[OpRegistration], list[str]]:
     """Registrations in Python, plus unknowns (a registration whose namespace cannot be told)."""
     found, unknowns = [], []
     for module, value in sorted(facts.items()):
-        for item in value.get("registrations", []):
-            where = code.where(module, item["line"])
-            op = item.get("op")
+        for item in value.registrations:
+            where = code.where(module, item.line)
+            op = item.op
             if op is None:
-                namespace = _library_namespace(code, facts, module, item.get("lib"), item["callee"])
+                namespace = _library_namespace(code, facts, module, item.lib, item.callee)
                 if namespace is None:
                     unknowns.append(
-                        f"{where}: op {item['name']!r} is registered into a library whose namespace is not known statically"
+                        f"{where}: op {item.name!r} is registered into a library whose namespace is not known "
+                        "statically"
                     )
                     continue
-                op = f"{namespace}.{item['name']}"
-            found.append(OpRegistration(op, where, item["how"], item.get("schema"), module))
+                op = f"{namespace}.{item.name}"
+            found.append(OpRegistration(op, where, item.how, item.schema, module))
     return found, unknowns

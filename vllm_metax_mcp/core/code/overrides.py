@@ -7,212 +7,36 @@ platform hook that returns backend class paths), monkey-patches (attribute assig
 that `setattr` on their arguments —, and `sys.modules` replacement), and same-path modules
 (`vllm_metax/a/b.py` sharing definitions with `vllm/a/b.py`). Each finding names the upstream
 symbol it replaces, whether that symbol changed between base and target, and the file and line.
+
+The per-file facts come from `override_scan` (cached by blob sha); this module resolves them
+against the codebase.
 """
 
 from __future__ import annotations
 
 import ast
-import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Literal
 
 from ..foundation.state import StateStore
 from .codebase import Codebase, Outcome, Ref
-from .dispatch import dotted
 from .fact_cache import FactCache
 from .module_index import Definition, ModuleIndex
+from .override_scan import (
+    CLASS_PATH,
+    FACTS_VERSION,
+    Decoration,
+    ModuleFacts,
+    PatchDecorator,
+    scan_facts,
+)
 
-FACTS_VERSION = 1
-CLASS_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
-BACKEND_PATH_METHODS = frozenset({"get_path", "get_class"})
-"""Methods of upstream's backend enum that turn a member into the backend class (path)."""
 MAX_CHAIN = 8
 
-
-# -- per-file facts (cached by blob sha) -----------------------------------------------------
-
-
-def _value(node: ast.AST) -> dict[str, Any]:
-    """An argument as facts: a constant, a dotted name, or opaque."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, (str, int, float, bool)):
-        return {"const": node.value}
-    name = dotted(node)
-    return {"name": name} if name else {}
-
-
-def _params(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
-    args = node.args
-    return [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
-
-
-def _patch_decorator(node: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, Any] | None:
-    """A function that `setattr`s onto one of its own parameters (possibly in a nested wrapper)."""
-    params = _params(node)
-    for call in ast.walk(node):
-        if not (
-            isinstance(call, ast.Call)
-            and isinstance(call.func, ast.Name)
-            and call.func.id == "setattr"
-            and len(call.args) == 3
-        ):
-            continue
-        owner = call.args[0]
-        if isinstance(owner, ast.Name) and owner.id in params:
-            names = [n.id for n in ast.walk(call.args[1]) if isinstance(n, ast.Name) and n.id in params]
-            return {
-                "name": node.name,
-                "target_index": params.index(owner.id),
-                "target_param": owner.id,
-                "name_index": params.index(names[0]) if names else None,
-                "name_param": names[0] if names else None,
-            }
-    return None
-
-
-class _FactScanner(ast.NodeVisitor):
-    def __init__(self) -> None:
-        self.facts: dict[str, list[Any]] = {
-            "assignments": [],
-            "setattrs": [],
-            "decorations": [],
-            "patch_decorators": [],
-            "module_replacements": [],
-            "path_returns": [],
-        }
-        self.scope: list[str] = []
-
-    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
-        self._decorations(node)
-        found = _patch_decorator(node)
-        if found and not self.scope:
-            self.facts["patch_decorators"].append(found)
-        self.scope.append(node.name)
-        self.generic_visit(node)
-        self.scope.pop()
-
-    visit_AsyncFunctionDef = visit_FunctionDef
-
-    def visit_ClassDef(self, node: ast.ClassDef) -> None:
-        self._decorations(node)
-        if not self.scope:
-            for item in node.body:
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    self._path_returns(node.name, item)
-        self.scope.append(node.name)
-        self.generic_visit(node)
-        self.scope.pop()
-
-    def visit_Assign(self, node: ast.Assign) -> None:
-        for target in node.targets:
-            self._assignment(target, node.value, node.lineno)
-        self.generic_visit(node)
-
-    def visit_Call(self, node: ast.Call) -> None:
-        if isinstance(node.func, ast.Name) and node.func.id == "setattr" and len(node.args) == 3:
-            owner, attr = dotted(node.args[0]), node.args[1]
-            if owner:
-                self.facts["setattrs"].append(
-                    {
-                        "target": owner,
-                        "attr": attr.value if isinstance(attr, ast.Constant) and isinstance(attr.value, str) else None,
-                        "value": dotted(node.args[2]),
-                        "line": node.lineno,
-                    }
-                )
-        elif isinstance(node.func, ast.Call) and node.args and isinstance(node.args[0], ast.Name):
-            # decorator applied by hand: `register(...)(Cls)`
-            self._decoration(node.func, node.args[0].id, node.lineno)
-        elif (
-            isinstance(node.func, ast.Attribute)
-            and node.func.attr == "register_oot"
-            and node.args
-            and isinstance(node.args[0], ast.Name)
-        ):
-            # `Base.register_oot(Cls, name=...)`: the class travels as the first argument
-            self._decoration(node, node.args[0].id, node.lineno, skip_first=True)
-        self.generic_visit(node)
-
-    def _assignment(self, target: ast.expr, value: ast.expr, line: int) -> None:
-        if isinstance(target, ast.Attribute):
-            name = dotted(target)
-            if name and name.split(".")[0] not in ("self", "cls"):
-                self.facts["assignments"].append({"target": name, "value": dotted(value), "line": line})
-        elif isinstance(target, ast.Subscript) and dotted(target.value) == "sys.modules":
-            key = target.slice
-            if isinstance(key, ast.Constant) and isinstance(key.value, str):
-                self.facts["module_replacements"].append({"module": key.value, "value": dotted(value), "line": line})
-
-    def _decorations(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> None:
-        for decorator in node.decorator_list:
-            self._decoration(decorator, node.name, decorator.lineno)
-
-    def _decoration(self, decorator: ast.expr, target: str, line: int, skip_first: bool = False) -> None:
-        """A decorator (or a decorator applied by hand) with its arguments and what it decorates."""
-        call = decorator if isinstance(decorator, ast.Call) else None
-        func = dotted(call.func if call else decorator)
-        if not func:
-            return
-        args = [_value(a) for a in (call.args[1:] if skip_first else call.args)] if call else []
-        kwargs = {k.arg: _value(k.value) for k in call.keywords if k.arg} if call else {}
-        self.facts["decorations"].append(
-            {"decorator": func, "args": args, "kwargs": kwargs, "target": target, "line": line}
-        )
-
-    def _path_returns(self, cls: str, method: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
-        guards: list[str] = []
-
-        def visit(statements: Iterable[ast.stmt]) -> None:
-            for statement in statements:
-                if isinstance(statement, ast.If):
-                    guards.append(ast.unparse(statement.test))
-                    visit(statement.body)
-                    guards[-1] = f"not ({guards[-1]})"
-                    visit(statement.orelse)
-                    guards.pop()
-                elif isinstance(statement, ast.Return) and statement.value is not None:
-                    found = _backend_value(statement.value)
-                    if found:
-                        self.facts["path_returns"].append(
-                            {
-                                "class": cls,
-                                "method": method.name,
-                                **found,
-                                "line": statement.lineno,
-                                "guard": " and ".join(guards) or None,
-                            }
-                        )
-                elif isinstance(statement, (ast.For, ast.While, ast.With, ast.Try)):
-                    for child in ("body", "orelse", "finalbody"):
-                        visit(getattr(statement, child, []) or [])
-                    for handler in getattr(statement, "handlers", []) or []:
-                        visit(handler.body)
-
-        visit(method.body)
-
-
-def _backend_value(node: ast.expr) -> dict[str, str] | None:
-    """A returned class path: a dotted-path string, or `Enum.MEMBER.get_path()`."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, str) and CLASS_PATH.match(node.value):
-        return {"value": node.value, "how": "path"}
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in BACKEND_PATH_METHODS:
-        member = dotted(node.func.value)
-        if member and "." in member:
-            return {"value": member, "how": "enum"}
-    return None
-
-
-def scan_facts(source: bytes) -> dict[str, Any]:
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return {}
-    scanner = _FactScanner()
-    scanner.visit(tree)
-    return scanner.facts
-
-
-# -- findings --------------------------------------------------------------------------------
+OverrideKind = Literal["custom_op", "quant_config", "attention_backend", "same_path"]
+PatchHow = Literal["assignment", "setattr", "decorator", "module_replacement"]
+Workflow = Literal["patch", "registry", "attention_backend"]
+"""The workflow that owns a plugin module holding overrides or patches."""
 
 
 @dataclass
@@ -233,8 +57,7 @@ class Target:
 
 @dataclass
 class Override:
-    kind: str
-    """custom_op | quant_config | attention_backend | same_path."""
+    kind: OverrideKind
     name: str
     """The plugin symbol (or module) that takes effect."""
     key: str | None
@@ -249,8 +72,7 @@ class Override:
 
 @dataclass
 class Patch:
-    how: str
-    """assignment | setattr | decorator | module_replacement."""
+    how: PatchHow
     target: Target
     replacement: str | None
     file: str
@@ -263,8 +85,8 @@ class Patch:
 class Overrides:
     overrides: list[Override] = field(default_factory=list)
     patches: list[Patch] = field(default_factory=list)
-    owned: dict[str, str] = field(default_factory=dict)
-    """Plugin module -> the workflow that owns it (patch, registry, attention_backend)."""
+    owned: dict[str, Workflow] = field(default_factory=dict)
+    """Plugin module -> the workflow that owns it."""
     unknowns: list[str] = field(default_factory=list)
 
 
@@ -334,23 +156,27 @@ def _upstream_bases(code: Codebase, module: str, cls: str) -> list[Ref]:
 
 
 class _Finder:
-    def __init__(self, code: Codebase, facts: dict[str, dict[str, Any]], base: ModuleIndex | None) -> None:
+    def __init__(self, code: Codebase, facts: dict[str, ModuleFacts], base: ModuleIndex | None) -> None:
         self.code = code
         self.base = base
         self.result = Overrides()
-        self.decorators = {(module, d["name"]): d for module, f in facts.items() for d in f.get("patch_decorators", [])}
+        self.decorators = {(module, d.name): d for module, f in facts.items() for d in f.patch_decorators}
 
     def target(self, ref: Ref) -> Target:
         return describe_target(self.code, self.base, ref)
 
-    def own(self, module: str, workflow: str) -> None:
+    def own(self, module: str, workflow: Workflow) -> None:
         self.result.owned.setdefault(module, workflow)
+
+    def path(self, module: str) -> str:
+        indexed = self.code.get(module)
+        return indexed.path if indexed else module
 
     # -- registrations ---------------------------------------------------------------------
 
-    def registrations(self, module: str, facts: dict[str, Any]) -> None:
-        for item in facts.get("decorations", []):
-            ref = self.code.bind(module, item["decorator"])
+    def registrations(self, module: str, facts: ModuleFacts) -> None:
+        for item in facts.decorations:
+            ref = self.code.bind(module, item.decorator)
             if ref is None or not ref.path:
                 continue
             side = _side(self.code, ref.module)
@@ -361,52 +187,32 @@ class _Finder:
             elif side == "upstream" and ref.path == ("register_quantization_config",):
                 self._quant_config(module, item)
 
-    @staticmethod
-    def _key(item: dict[str, Any], keyword: str, positional: bool) -> str | None:
-        value = item["kwargs"].get(keyword) or (item["args"][0] if positional and item["args"] else {})
-        return value.get("const") if isinstance(value.get("const"), str) else None
-
-    def _custom_op(self, module: str, item: dict[str, Any], ref: Ref) -> None:
+    def _custom_op(self, module: str, item: Decoration, ref: Ref) -> None:
         owner = ref.path[0]
         chain = class_chain(self.code, ref.module, owner)
         if not any("register_oot" in d.members for _, d in chain):
             return
-        key = self._key(item, "name", positional=False) or owner
-        bases = [b for b in _upstream_bases(self.code, module, item["target"]) if b.path[0] == key]
+        key = item.key("name", positional=False) or owner
+        bases = [b for b in _upstream_bases(self.code, module, item.target) if b.path[0] == key]
         replaced = bases or [Ref(m, (key,)) for m in self._defining(key)]
         if not bases and not replaced and key == owner:
             replaced = [Ref(ref.module, (owner,))]
-        self._add("custom_op", module, item, key, replaced, "registry", f"out-of-tree replacement registered for {key}")
+        self._add("custom_op", module, item, key, replaced, f"out-of-tree replacement registered for {key}")
 
-    def _quant_config(self, module: str, item: dict[str, Any]) -> None:
-        key = self._key(item, "quantization", positional=True)
-        replaced = _upstream_bases(self.code, module, item["target"])
-        self._add("quant_config", module, item, key, replaced, "registry", f"quantization method {key!r}")
+    def _quant_config(self, module: str, item: Decoration) -> None:
+        key = item.key("quantization", positional=True)
+        replaced = _upstream_bases(self.code, module, item.target)
+        self._add("quant_config", module, item, key, replaced, f"quantization method {key!r}")
 
     def _add(
-        self,
-        kind: str,
-        module: str,
-        item: dict[str, Any],
-        key: str | None,
-        replaced: list[Ref],
-        owner: str,
-        detail: str,
+        self, kind: OverrideKind, module: str, item: Decoration, key: str | None, replaced: list[Ref], detail: str
     ) -> None:
+        """A registration: an override owned by the registry workflow."""
         targets = [self.target(r) for r in replaced]
-        indexed = self.code.get(module)
         self.result.overrides.append(
-            Override(
-                kind,
-                f"{module}:{item['target']}",
-                key,
-                indexed.path if indexed else module,
-                item["line"],
-                targets,
-                detail=detail,
-            )
+            Override(kind, f"{module}:{item.target}", key, self.path(module), item.line, targets, detail=detail)
         )
-        self.own(module, owner)
+        self.own(module, "registry")
 
     def _defining(self, name: str) -> list[str]:
         return [
@@ -417,56 +223,38 @@ class _Finder:
 
     # -- patches ---------------------------------------------------------------------------
 
-    def _decorator_patch(self, module: str, item: dict[str, Any], spec: dict[str, Any]) -> None:
-        target = self._argument(item, spec["target_index"], spec["target_param"])
-        if not target or "name" not in target:
+    def _decorator_patch(self, module: str, item: Decoration, spec: PatchDecorator) -> None:
+        target = item.argument(spec.target_index, spec.target_param)
+        if target is None or target.name is None:
             return
-        name_arg = self._argument(item, spec["name_index"], spec["name_param"]) if spec["name_param"] else None
-        attr = (name_arg or {}).get("const") or item["target"]
-        owner = self.code.bind(module, target["name"])
+        name_arg = item.argument(spec.name_index, spec.name_param) if spec.name_param else None
+        attr = (name_arg.text if name_arg is not None else None) or item.target
+        owner = self.code.bind(module, target.name)
         if owner is not None:
             self._patch(
-                "decorator", module, Ref(owner.module, (*owner.path, attr)), f"{module}:{item['target']}", item["line"]
+                "decorator", module, Ref(owner.module, (*owner.path, attr)), f"{module}:{item.target}", item.line
             )
 
-    @staticmethod
-    def _argument(item: dict[str, Any], index: int | None, name: str | None) -> dict[str, Any] | None:
-        if name and name in item["kwargs"]:
-            return item["kwargs"][name]
-        if index is not None and index < len(item["args"]):
-            return item["args"][index]
-        return None
-
-    def patches(self, module: str, facts: dict[str, Any]) -> None:
-        for item in facts.get("assignments", []):
-            ref = self.code.bind(module, item["target"])
+    def patches(self, module: str, facts: ModuleFacts) -> None:
+        for assignment in facts.assignments:
+            ref = self.code.bind(module, assignment.target)
             if ref is not None and ref.path and _side(self.code, ref.module) == "upstream":
-                self._patch("assignment", module, ref, self._replacement(module, item["value"]), item["line"])
-        for item in facts.get("setattrs", []):
-            owner = self.code.bind(module, item["target"])
+                self._patch("assignment", module, ref, self._replacement(module, assignment.value), assignment.line)
+        for call in facts.setattrs:
+            owner = self.code.bind(module, call.target)
             if owner is None or _side(self.code, owner.module) != "upstream":
                 continue
-            if item["attr"] is None:
+            if call.attr is None:
                 self.result.unknowns.append(
-                    f"{self.code.where(module, item['line'])}: setattr on {owner.symbol} with a computed name"
+                    f"{self.code.where(module, call.line)}: setattr on {owner.symbol} with a computed name"
                 )
                 continue
-            self._patch(
-                "setattr",
-                module,
-                Ref(owner.module, (*owner.path, item["attr"])),
-                self._replacement(module, item["value"]),
-                item["line"],
-            )
-        for item in facts.get("module_replacements", []):
-            if _side(self.code, item["module"]) == "upstream":
-                self._patch(
-                    "module_replacement",
-                    module,
-                    Ref(item["module"]),
-                    self._replacement(module, item["value"]),
-                    item["line"],
-                )
+            replaced = Ref(owner.module, (*owner.path, call.attr))
+            self._patch("setattr", module, replaced, self._replacement(module, call.value), call.line)
+        for replacement in facts.module_replacements:
+            if _side(self.code, replacement.module) == "upstream":
+                value = self._replacement(module, replacement.value)
+                self._patch("module_replacement", module, Ref(replacement.module), value, replacement.line)
 
     def _replacement(self, module: str, value: str | None) -> str | None:
         if value is None:
@@ -474,39 +262,35 @@ class _Finder:
         ref = self.code.bind(module, value)
         return ref.symbol if ref is not None else value
 
-    def _patch(self, how: str, module: str, ref: Ref, replacement: str | None, line: int) -> None:
-        indexed = self.code.get(module)
-        self.result.patches.append(
-            Patch(how, self.target(ref), replacement, indexed.path if indexed else module, line, module)
-        )
+    def _patch(self, how: PatchHow, module: str, ref: Ref, replacement: str | None, line: int) -> None:
+        self.result.patches.append(Patch(how, self.target(ref), replacement, self.path(module), line, module))
         self.own(module, "patch")
 
     # -- attention backends ----------------------------------------------------------------
 
-    def backends(self, module: str, facts: dict[str, Any]) -> None:
-        for item in facts.get("path_returns", []):
-            hook = self._upstream_hook(module, item["class"], item["method"])
+    def backends(self, module: str, facts: ModuleFacts) -> None:
+        for item in facts.path_returns:
+            hook = self._upstream_hook(module, item.cls, item.method)
             if hook is None:
                 continue
-            path = item["value"] if item["how"] == "path" else self._enum_path(module, item["value"])
+            path = item.value if item.how == "path" else self._enum_path(module, item.value)
             if path is None:
                 self.result.unknowns.append(
-                    f"{self.code.where(module, item['line'])}: backend {item['value']} could not be resolved to a class path"
+                    f"{self.code.where(module, item.line)}: backend {item.value} could not be resolved to a class path"
                 )
                 continue
             backend_module, _, backend = path.rpartition(".")
             side = _side(self.code, backend_module)
             replaced = _upstream_bases(self.code, backend_module, backend) if side == "plugin" else []
-            indexed = self.code.get(module)
             override = Override(
                 "attention_backend",
                 f"{backend_module}:{backend}",
-                item["guard"],
-                indexed.path if indexed else module,
-                item["line"],
+                item.guard,
+                self.path(module),
+                item.line,
                 [self.target(r) for r in replaced],
                 on_path=True,
-                detail=f"selected by {item['class']}.{item['method']} (overrides {hook.symbol})"
+                detail=f"selected by {item.cls}.{item.method} (overrides {hook.symbol})"
                 + ("" if side == "plugin" else "; an upstream backend, used as is"),
             )
             self.result.overrides.append(override)
@@ -545,17 +329,17 @@ def _top_names(definitions: list[Definition]) -> set[str]:
     return {d.name for d in definitions if d.kind in ("class", "function") and not d.name.startswith("__")}
 
 
-def override_facts(store: StateStore, code: Codebase, packages: frozenset[str]) -> dict[str, dict[str, Any]]:
+def override_facts(store: StateStore, code: Codebase, packages: frozenset[str]) -> dict[str, ModuleFacts]:
     """Override facts of every module of the plugin's packages (not its tests or tools), by module name."""
     plugin = code.subjects["plugin"]
     modules = {
         m.path: m.name for m in code.index.modules.values() if m.side == "plugin" and m.name.split(".")[0] in packages
     }
     facts = FactCache(store, "overrides", FACTS_VERSION).get_many(plugin, sorted(modules), scan_facts)
-    return {modules[path]: value for path, value in facts.items()}
+    return {modules[path]: ModuleFacts.from_json(value) for path, value in facts.items()}
 
 
-def find_overrides(code: Codebase, facts: dict[str, dict[str, Any]], base: ModuleIndex | None) -> Overrides:
+def find_overrides(code: Codebase, facts: dict[str, ModuleFacts], base: ModuleIndex | None) -> Overrides:
     """Every registration, backend selection and patch of the plugin, and the modules that own them."""
     finder = _Finder(code, facts, base)
     for module, module_facts in sorted(facts.items()):
@@ -612,8 +396,10 @@ def same_path_overrides(
 
 def _imports_of(code: Codebase, module: str, upstream: str) -> list[str]:
     indexed = code.get(module)
+    if indexed is None:
+        return []
     found = []
-    for record in indexed.record.imports if indexed else []:
+    for record in indexed.record.imports:
         target = indexed.absolute(record.module)
         if record.branch != "not_taken" and (
             target == upstream or any(f"{target}.{name}" == upstream for name, _ in record.names)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from ..foundation.evidence import FileEvidence
 from ..sources.subjects import Subject
 from .module_index import module_name
-from .op_scanners import local_ops, scan_python
+from .op_scanners import PythonOpFacts, scan_python
 
 PLUGIN_ROOT = "vllm_metax"
 CLASS_PATH = re.compile(rf"^{PLUGIN_ROOT}(\.\w+)+$")
@@ -56,15 +56,21 @@ def _parse(data: bytes) -> ast.Module | None:
         return None
 
 
-def _constant_returns(node: ast.ClassDef) -> dict[str, tuple[object, int]]:
+@dataclass(frozen=True)
+class _ConstantReturn:
+    value: object
+    line: int
+
+
+def _constant_returns(node: ast.ClassDef) -> dict[str, _ConstantReturn]:
     """Methods whose body (docstring aside) is `return <constant>`."""
-    found: dict[str, tuple[object, int]] = {}
+    found: dict[str, _ConstantReturn] = {}
     for item in node.body:
         if not isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         body = [s for s in item.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
         if len(body) == 1 and isinstance(body[0], ast.Return) and isinstance(body[0].value, ast.Constant):
-            found[item.name] = (body[0].value.value, body[0].lineno)
+            found[item.name] = _ConstantReturn(body[0].value.value, body[0].lineno)
     return found
 
 
@@ -88,17 +94,18 @@ def _platform(subject: Subject, facts: PluginFacts, sources: dict[str, bytes]) -
             continue
         facts.platform_class = f"{owner}:{name}"
         facts.platform_evidence = FileEvidence(path=init, line=constant.lineno, rev=subject.sha(init))
-        for method, (answer, line) in _constant_returns(target).items():
-            facts.answers[method] = Answer(answer, FileEvidence(path=path, line=line, rev=subject.sha(path)))
+        for method, returned in _constant_returns(target).items():
+            evidence = FileEvidence(path=path, line=returned.line, rev=subject.sha(path))
+            facts.answers[method] = Answer(returned.value, evidence)
         return
 
 
 def _registrations(path: str, sha: str, source: bytes, facts: PluginFacts) -> None:
-    found = scan_python(source)
-    for namespace, line in found.get("defined", []):
-        facts.namespaces.setdefault(namespace, FileEvidence(path=path, line=line, rev=sha))
-    for op, line in local_ops(found):
-        facts.ops.setdefault(op, FileEvidence(path=path, line=line, rev=sha))
+    found = PythonOpFacts.from_json(scan_python(source))
+    for defined in found.defined:
+        facts.namespaces.setdefault(defined.namespace, FileEvidence(path=path, line=defined.line, rev=sha))
+    for site in found.local_ops():
+        facts.ops.setdefault(site.op, FileEvidence(path=path, line=site.line, rev=sha))
 
 
 def plugin_facts(subject: Subject) -> PluginFacts:

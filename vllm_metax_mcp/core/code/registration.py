@@ -70,11 +70,30 @@ def upstream_registrations(subject: Subject, arch: str, prefix: str = "vllm/") -
         for node in ast.walk(tree):
             if not isinstance(node, ast.Dict):
                 continue
-            for key, value in zip(node.keys, node.values):
+            for key, value in zip(node.keys, node.values, strict=True):
                 if key is None or _string(key) != arch or not isinstance(value, ast.Tuple) or len(value.elts) != 2:
                     continue
                 module, symbol = _string(value.elts[0]), _string(value.elts[1])
                 if module and symbol:
                     absolute = module if "." in module else ".".join([*package, module])
                     found.append(Registration(arch, absolute, symbol, path, key.lineno))
+    return found
+
+
+@dataclass(frozen=True)
+class RegisteringFile:
+    """A plugin file that calls `register_model`: where the first call is and how many it makes."""
+
+    first_line: int
+    calls: int
+
+
+def registering_files(subject: Subject, prefixes: list[str]) -> dict[str, RegisteringFile]:
+    """The files under `prefixes` that register architectures (pairing's plugin-only rule)."""
+    found: dict[str, RegisteringFile] = {}
+    for prefix in prefixes:
+        for registration in plugin_registrations(subject, prefix):
+            seen = found.get(registration.path)
+            first = min(seen.first_line, registration.line) if seen else registration.line
+            found[registration.path] = RegisteringFile(first, (seen.calls if seen else 0) + 1)
     return found

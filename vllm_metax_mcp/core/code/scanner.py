@@ -6,7 +6,7 @@ each top-level statement (the children of each node type are looked up once, not
 `ast.iter_child_nodes`), source-line hashing from a list of significant lines computed once, and
 `ast.unparse` only where text is really recorded (the guard of an `if` or `try` is rendered only
 when an import sits under it). The row, in two parts (what a walk over the whole tree reads, and
-the bulk), is what worker processes store and send back; `pyindex` turns it into objects.
+the bulk), is what worker processes store and send back; `module_index` turns it into objects.
 """
 
 from __future__ import annotations
@@ -15,13 +15,20 @@ import ast
 import hashlib
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from .dispatch import dotted, evaluate
 
 JIT_DECORATOR_MARKERS = ("jit", "autotune", "compile", "custom_op", "register_fake")
 IMPORT_ERRORS = ("ImportError", "ModuleNotFoundError", "Exception")
 
+Branch = Literal["taken", "conditional", "not_taken", "lazy"]
+"""Whether an out-of-tree platform runs an import: always, under an undecided guard, never, or
+inside a function (when called)."""
+GuardKind = Literal["if", "else", "try", "except"]
+
+# The rows below are positional JSON lists, not records, on purpose: they are the cache format and
+# what worker processes send back, and decoding a tree's worth of them is the hot path of a warm index.
 ImportRow = list[Any]
 """[module as written, [[name, alias], ...], alias, line, guard, branch]"""
 DefinitionRow = list[Any]
@@ -184,7 +191,7 @@ def _plain_arguments(args: ast.arguments) -> str | None:
     parts: list[str | None] = []
     positional = args.posonlyargs + args.args
     defaults: list[ast.expr | None] = [None] * (len(positional) - len(args.defaults))
-    for index, (arg, default) in enumerate(zip(positional, defaults + args.defaults), 1):  # type: ignore[operator]
+    for index, (arg, default) in enumerate(zip(positional, defaults + args.defaults, strict=True), 1):  # type: ignore[operator]
         parts.append(_plain_parameter(arg, default))
         if index == len(args.posonlyargs):
             parts.append("/")
@@ -192,7 +199,7 @@ def _plain_arguments(args: ast.arguments) -> str | None:
         parts.append(_plain_parameter(args.vararg, None, "*"))
     elif args.kwonlyargs:
         parts.append("*")
-    parts += [_plain_parameter(arg, default) for arg, default in zip(args.kwonlyargs, args.kw_defaults)]
+    parts += [_plain_parameter(arg, default) for arg, default in zip(args.kwonlyargs, args.kw_defaults, strict=True)]
     if args.kwarg:
         parts.append(_plain_parameter(args.kwarg, None, "**"))
     return None if None in parts else ", ".join(parts)  # type: ignore[arg-type]
@@ -365,7 +372,7 @@ class _Guard:
 
     __slots__ = ("handler", "kind", "node")
 
-    def __init__(self, kind: str, node: ast.stmt, handler: ast.ExceptHandler | None = None) -> None:
+    def __init__(self, kind: GuardKind, node: ast.stmt, handler: ast.ExceptHandler | None = None) -> None:
         self.kind, self.node, self.handler = kind, node, handler
 
 
@@ -408,8 +415,9 @@ class _StatementScanner:
         handler = guard.handler
         return f"except {ast.unparse(handler.type) if handler and handler.type else ''}".strip(), None
 
-    def _guard(self) -> tuple[str | None, str]:
+    def _guard(self) -> tuple[str | None, Branch]:
         rendered = [r for r in map(self._render, self.guards) if r is not None]
+        branch: Branch
         if self.function_depth:
             branch = "lazy"
         elif any(answer is False for _, answer in rendered):

@@ -16,6 +16,7 @@ import ast
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Literal
 
 from ..code.dispatch import evaluate, platform_predicate
 from ..code.module_index import ImportRecord, IndexedModule, ModuleIndex, module_name
@@ -32,6 +33,10 @@ class SubdirKind(str, Enum):
     """Nothing on the taken path imports it."""
 
 
+Outcome = Literal["taken", "conditional", "not_taken"]
+"""What an out-of-tree platform does with an import: runs it, may run it (undecidable), or skips it."""
+
+
 @dataclass(frozen=True)
 class DispatchImport:
     """One import that names a family sub-directory, and what the out-of-tree platform does with it."""
@@ -40,8 +45,7 @@ class DispatchImport:
     path: str
     line: int
     guard: str | None
-    outcome: str
-    """taken | conditional | not_taken."""
+    outcome: Outcome
 
 
 @dataclass
@@ -79,8 +83,24 @@ class _ForgetPlatform(ast.NodeTransformer):
         return self.generic_visit(node)
 
 
-def import_outcome(record: ImportRecord, answers: Mapping[str, bool]) -> tuple[str, bool]:
-    """(taken | conditional | not_taken, whether the platform predicates decide that outcome).
+@dataclass(frozen=True)
+class ImportOutcome:
+    outcome: Outcome
+    by_platform: bool
+    """The platform predicates decide the outcome (it would differ with them unknown)."""
+
+
+def _branch_outcome(branch: str) -> Outcome:
+    """The outcome the scanner recorded; an import inside a function (`lazy`) runs when called."""
+    if branch == "not_taken":
+        return "not_taken"
+    if branch == "conditional":
+        return "conditional"
+    return "taken"
+
+
+def import_outcome(record: ImportRecord, answers: Mapping[str, bool]) -> ImportOutcome:
+    """What the out-of-tree platform does with an import, and whether the platform predicates decide it.
 
     An import under `TYPE_CHECKING and not is_rocm()` is not taken, but not because of the
     platform: its guard stays false with the predicates unknown, so it says nothing about
@@ -89,15 +109,16 @@ def import_outcome(record: ImportRecord, answers: Mapping[str, bool]) -> tuple[s
     """
     expression = _guard_expression(record.guard)
     if expression is None:
-        return ("taken" if record.branch == "lazy" else record.branch), False
+        return ImportOutcome(_branch_outcome(record.branch), False)
+    outcome: Outcome
     if record.branch == "lazy":
         # Inside a function the other conditions are about the call (`name == "X"` in a module
         # `__getattr__`): only a false platform answer keeps the import from running.
         outcome = "not_taken" if evaluate(expression, answers) is False else "taken"
     else:
-        outcome = record.branch
+        outcome = _branch_outcome(record.branch)
     forgotten = evaluate(_ForgetPlatform().visit(expression), answers)
-    return outcome, forgotten is None and outcome != "conditional"
+    return ImportOutcome(outcome, forgotten is None and outcome != "conditional")
 
 
 def _subdir_targets(module: IndexedModule, record: ImportRecord, family: str, subdirs: set[str]) -> set[str]:
@@ -134,11 +155,11 @@ def family_layout(
     positive: dict[str, DispatchImport] = {}
     negative: dict[str, DispatchImport] = {}
     for record in init.record.imports:
-        outcome, by_platform = import_outcome(record, answers)
+        decided = import_outcome(record, answers)
         for subdir in sorted(_subdir_targets(init, record, family, subdirs)):
-            item = DispatchImport(subdir, init.path, record.line, record.guard, outcome)
-            if outcome == "not_taken":
-                if by_platform:
+            item = DispatchImport(subdir, init.path, record.line, record.guard, decided.outcome)
+            if decided.outcome == "not_taken":
+                if decided.by_platform:
                     negative.setdefault(subdir, item)
             else:
                 positive.setdefault(subdir, item)
@@ -178,5 +199,7 @@ def _shared_by_use(index: ModuleIndex, layout: FamilyLayout, files: list[str], s
                 for target in sorted(_subdir_targets(module, record, family, subdirs)):
                     if layout.kinds.get(target) is SubdirKind.UNREFERENCED:
                         layout.kinds[target] = SubdirKind.SHARED
-                        layout.evidence[target] = DispatchImport(target, path, record.line, record.guard, record.branch)
+                        layout.evidence[target] = DispatchImport(
+                            target, path, record.line, record.guard, _branch_outcome(record.branch)
+                        )
                         changed = True

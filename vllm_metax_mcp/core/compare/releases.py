@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from ..code.module_index import RecordCache
@@ -22,7 +23,9 @@ from ..foundation.errors import ErrorCode, ToolFailure, bad_input
 from ..foundation.policy import Policy
 from ..sources.git import Repository
 from ..sources.subjects import DirectorySubject, RevisionSubject, Subject
-from .pairing import LOCAL_MODELS, Pair, Status, build_trees, pair_files
+from .inputs import PairingInputs
+from .pairing import build_trees, pair_files
+from .pairs import LOCAL_MODELS, Pair, Status
 from .textdiff import StatsCache
 
 MAX_RELEASES = 12
@@ -69,16 +72,6 @@ class FamilyReleases:
     """Files whose closest release is older than `newest`."""
 
 
-@dataclass(frozen=True)
-class PairingInputs:
-    """What pairing needs besides the trees, the same for every release."""
-
-    local_files: list[str]
-    prefixes: list[str]
-    overrides: Mapping[str, str | None]
-    registrations: Mapping[str, tuple[int, int]]
-
-
 def resolve_releases(policy: Policy, labels: list[str], repo: Repository | None) -> list[Release]:
     """Releases as subjects: revisions of the upstream repository, else directories containing `vllm/`."""
     if len(labels) > MAX_RELEASES:
@@ -104,10 +97,12 @@ def _directory(policy: Policy, label: str, tried_revision: bool) -> DirectorySub
     if not (top / "vllm").is_dir():
         if tried_revision:
             raise bad_input(
-                f"release {label!r} is neither a revision of the upstream repository nor a directory containing vllm/; pass a tag such as v0.25.0."
+                f"release {label!r} is neither a revision of the upstream repository nor a directory containing "
+                "vllm/; pass a tag such as v0.25.0."
             )
         raise bad_input(
-            f"release {label!r} is not a directory containing vllm/; the upstream is a plain directory, so releases must be directories too."
+            f"release {label!r} is not a directory containing vllm/; the upstream is a plain directory, "
+            "so releases must be directories too."
         )
     policy.protect(top)
     return DirectorySubject(Path(top))
@@ -139,9 +134,7 @@ def closest_releases(
             if pair.upstream is None or pair.status not in (Status.CHANGED, Status.IDENTICAL):
                 continue
             theirs, mine = release.subject.sha(pair.upstream), local.sha(pair.local)
-            counted = stats.get(
-                theirs, mine, lambda p=pair, r=release: (r.subject.read(p.upstream or ""), local.read(p.local))
-            )
+            counted = stats.get(theirs, mine, partial(_texts, release.subject, pair.upstream, local, pair.local))
             found[pair.local].counterparts[release.label] = Counterpart(
                 pair.upstream, theirs, counted.added + counted.removed
             )
@@ -150,6 +143,10 @@ def closest_releases(
         if item.counterparts:
             item.closest = min(item.counterparts, key=lambda label: (item.counterparts[label].lines, -order[label]))
     return found
+
+
+def _texts(upstream: Subject, upstream_path: str, local: Subject, local_path: str) -> tuple[bytes, bytes]:
+    return upstream.read(upstream_path), local.read(local_path)
 
 
 def family_of(local: str) -> str | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 from ..code.module_index import Definition, IndexedModule, ModuleRecord
 from .textdiff import line_profile, similarity
@@ -23,12 +24,14 @@ MAX_RENAME_COMPARISONS = 4000
 """Bound on body comparisons between added and removed symbols of one file."""
 
 
+RenameHow = Literal["maca_prefix", "body", "subclass"]
+
+
 @dataclass(frozen=True)
 class Rename:
     local: str
     upstream: str
-    how: str
-    """maca_prefix | body | subclass."""
+    how: RenameHow
     similarity: float
 
 
@@ -56,6 +59,24 @@ class ImportSwap:
     """The local module is itself paired with the upstream module in this comparison."""
     upstream_line: int
     """Line of the upstream import of the same name."""
+
+
+@dataclass(frozen=True)
+class Binding:
+    """What an imported name stands for (an absolute dotted module, or `module.name`) and the import's line."""
+
+    target: str
+    line: int
+
+
+@dataclass(frozen=True)
+class _Match:
+    """A local definition taken for a renamed upstream one."""
+
+    local: Definition
+    upstream: Definition
+    how: RenameHow
+    similarity: float
 
 
 @dataclass
@@ -136,15 +157,15 @@ def _compare(local: Definition, upstream: Definition, diff: SymbolDiff, local_na
 
 def _renames(
     added: dict[str, Definition], removed: dict[str, Definition], local_lines: list[str], upstream_lines: list[str]
-) -> list[tuple[Definition, Definition, str, float]]:
-    """Pairs (local, upstream, how, similarity): the `Maca` prefix first, then near-identical bodies."""
-    found: list[tuple[Definition, Definition, str, float]] = []
+) -> list[_Match]:
+    """Renamed definitions: the `Maca` prefix first, then near-identical bodies."""
+    found: list[_Match] = []
     for name in sorted(added):
         original = strip_maca(name)
         if original != name and original in removed and removed[original].kind == added[name].kind:
             local, upstream = added.pop(name), removed.pop(original)
             score = similarity(_body_profile(local, local_lines), _body_profile(upstream, upstream_lines))
-            found.append((local, upstream, "maca_prefix", score))
+            found.append(_Match(local, upstream, "maca_prefix", score))
     if len(added) * len(removed) > MAX_RENAME_COMPARISONS:
         return found
     scored = sorted(
@@ -160,7 +181,7 @@ def _renames(
         if score < BODY_RENAME_THRESHOLD:
             break
         if local_name in added and upstream_name in removed:
-            found.append((added.pop(local_name), removed.pop(upstream_name), "body", score))
+            found.append(_Match(added.pop(local_name), removed.pop(upstream_name), "body", score))
     return found
 
 
@@ -174,9 +195,9 @@ def diff_symbols(
         _compare(mine[name], theirs[name], diff)
     added = {n: d for n, d in mine.items() if n not in theirs}
     removed = {n: d for n, d in theirs.items() if n not in mine}
-    for local_def, upstream_def, how, score in _renames(added, removed, local_lines, upstream_lines):
-        diff.renamed.append(Rename(local_def.name, upstream_def.name, how, round(score, 2)))
-        _compare(local_def, upstream_def, diff, local_name=local_def.name)
+    for match in _renames(added, removed, local_lines, upstream_lines):
+        diff.renamed.append(Rename(match.local.name, match.upstream.name, match.how, round(match.similarity, 2)))
+        _compare(match.local, match.upstream, diff, local_name=match.local.name)
     diff.added += sorted(added)
     diff.removed += sorted(removed)
     return diff.sort()
@@ -203,9 +224,9 @@ def diff_extension(local: ModuleRecord, upstream: ModuleRecord, extends: Mapping
     return diff.sort()
 
 
-def _bindings(module: IndexedModule, root: str) -> dict[str, tuple[str, int]]:
-    """Names bound by imports from `root` (or its sub-modules): name -> (absolute module, line)."""
-    bound: dict[str, tuple[str, int]] = {}
+def _bindings(module: IndexedModule, root: str) -> dict[str, Binding]:
+    """Names bound by imports from `root` (or its sub-modules) -> the absolute module."""
+    bound: dict[str, Binding] = {}
     for record in module.record.imports:
         if record.branch == "not_taken":
             continue
@@ -215,9 +236,9 @@ def _bindings(module: IndexedModule, root: str) -> dict[str, tuple[str, int]]:
         if record.names:
             for _original, alias in record.names:
                 if alias != "*":
-                    bound.setdefault(alias, (target, record.line))
+                    bound.setdefault(alias, Binding(target, record.line))
         elif record.alias:
-            bound.setdefault(record.alias, (target, record.line))
+            bound.setdefault(record.alias, Binding(target, record.line))
     return bound
 
 
@@ -232,10 +253,9 @@ def import_swaps(
     """
     theirs = _bindings(upstream, upstream_root)
     swaps = []
-    for name, (module, line) in sorted(_bindings(local, local_root).items()):
+    for name, mine in sorted(_bindings(local, local_root).items()):
         if name in theirs:
-            upstream_module, upstream_line = theirs[name]
-            swaps.append(
-                ImportSwap(name, module, upstream_module, line, paired.get(module) == upstream_module, upstream_line)
-            )
+            original = theirs[name]
+            follows = paired.get(mine.target) == original.target
+            swaps.append(ImportSwap(name, mine.target, original.target, mine.line, follows, original.line))
     return swaps

@@ -52,5 +52,6 @@ def require_checkable(items: list[Evidence]) -> None:
     """A note may accompany evidence but never stands alone."""
     if not any(item.kind != "note" for item in items):
         raise bad_input(
-            "A decision needs at least one checkable evidence item (file, commit, tool_result, test or probe); a note alone is not evidence."
+            "A decision needs at least one checkable evidence item (file, commit, tool_result, test or probe); "
+            "a note alone is not evidence."
         )

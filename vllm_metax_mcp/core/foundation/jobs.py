@@ -7,6 +7,7 @@ the job's marker in their environment, so a server never kills a process it did 
 
 from __future__ import annotations
 
+import builtins
 import glob
 import os
 import shutil
@@ -140,7 +141,7 @@ class Jobs:
         self._remove_scratch(job_id)
         return self._finish_if_open(job_id, "cancelled", error={"code": "failed", "message": "cancelled on request"})
 
-    def reap_stale(self) -> list[str]:
+    def reap_stale(self) -> builtins.list[str]:
         """Stop what is left of jobs whose worker stopped beating; a live job is never touched."""
         reaped = []
         for status in self.list():

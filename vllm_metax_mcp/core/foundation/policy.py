@@ -282,7 +282,8 @@ class Policy:
             raise ToolFailure(
                 ErrorCode.PROTECTED_PATH,
                 f"{shown} is or contains a protected path (upstream source, site-packages, the HF cache, "
-                "a source checkpoint, the server's state directory or a git directory); choose a fresh output directory.",
+                "a source checkpoint, the server's state directory or a git directory); choose a fresh output "
+                "directory.",
             )
         if overwrite and (target.exists() or target.is_symlink()):
             self.replaceable(target, shown)
@@ -366,8 +367,8 @@ class Policy:
             detail = exc.message if isinstance(exc, ToolFailure) else "it does not hold the output"
             raise ToolFailure(
                 ErrorCode.PROTECTED_PATH,
-                f"{shown} lies inside the git work tree at {where}, whose tracked files could not be listed ({detail}); "
-                f"overwrite never replaces tracked files. {advice}",
+                f"{shown} lies inside the git work tree at {where}, whose tracked files could not be listed "
+                f"({detail}); overwrite never replaces tracked files. {advice}",
             ) from None
         if names:
             raise ToolFailure(

@@ -103,7 +103,8 @@ def _check_string(text: str, location: str, budget: list[int], tool: str, key: b
     what = f"a key in {_where(location)}" if key else _where(location)
     if len(text) > MAX_STRING_CHARS:
         raise InputLimit(
-            f"{what} of {tool} is {len(text)} characters long; a single argument is limited to {MAX_STRING_CHARS} characters."
+            f"{what} of {tool} is {len(text)} characters long; a single argument is limited to "
+            f"{MAX_STRING_CHARS} characters."
         )
     _spend(budget, len(text) + 2, tool)
     if "\0" in text:
@@ -181,8 +182,8 @@ class _BoundedLoader(yaml.SafeLoader):
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise InputLimit(
-                f"{self.what} uses the YAML alias *{event.anchor} (line {event.start_mark.line + 1}); anchors and aliases "
-                "are not accepted: write the value out."
+                f"{self.what} uses the YAML alias *{event.anchor} (line {event.start_mark.line + 1}); anchors and "
+                "aliases are not accepted: write the value out."
             )
         event = self.peek_event()
         if getattr(event, "anchor", None) is not None:

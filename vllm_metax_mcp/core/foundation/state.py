@@ -74,9 +74,9 @@ def check_state_dir(path: Path, policy: Policy) -> Path:
             if is_within(root, resolved):
                 raise ToolFailure(
                     ErrorCode.BAD_INPUT,
-                    f"The state directory {shown} is or contains the {kind} {root}: the state store's files would share "
-                    "a tree with it (in review mode, the reviewed tree), and no output may go into the state directory; "
-                    "choose a state directory beside the roots with --state-dir (the default is "
+                    f"The state directory {shown} is or contains the {kind} {root}: the state store's files would "
+                    "share a tree with it (in review mode, the reviewed tree), and no output may go into the state "
+                    "directory; choose a state directory beside the roots with --state-dir (the default is "
                     "$XDG_STATE_HOME/vllm-metax-mcp).",
                 )
     repository = _repository_holding(resolved)

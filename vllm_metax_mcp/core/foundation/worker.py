@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from .errors import ToolFailure
+from .errors import ErrorCode, ToolFailure
 from .jobs import FINAL_STATES, HEARTBEAT_INTERVAL_S, Jobs
 from .state import StateStore
 
@@ -87,6 +87,8 @@ def run(state_dir: str, job_id: str) -> int:
     threading.Thread(target=_beat, args=(jobs.heartbeat_file(job_id), stop), daemon=True).start()
     _set_status(jobs, job_id, status="running", pid=os.getpid(), pgid=os.getpgid(0), started_at=time.time())
     try:
+        if spec is None:
+            raise ToolFailure(ErrorCode.NOT_FOUND, f"The spec of job {job_id} is missing from the state directory.")
         target = _resolve(spec["target"])
         result = target(_payload(target, spec["args"]), Progress(jobs, job_id))
     except ToolFailure as failure:

@@ -12,10 +12,13 @@ import re
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 QUERY_TIMEOUT_S = 30
 VLLM_DEFAULT_UTILIZATION = 0.9
+
+OccupancyKind = Literal["metax", "nvidia", "cpu"]
+"""Whose management tool answered; cpu: neither is installed."""
 
 
 @dataclass
@@ -35,7 +38,7 @@ class Device:
 
 @dataclass
 class Occupancy:
-    kind: str  # "metax" | "nvidia" | "cpu"
+    kind: OccupancyKind
     tool: str | None = None
     devices: list[Device] = field(default_factory=list)
     error: str | None = None
@@ -187,27 +190,37 @@ def busy_reason(device: Device, utilization: float) -> str | None:
     return None
 
 
-def choose(
-    occupancy: Occupancy, needed: int, requested: list[int] | None, utilization: float | None
-) -> tuple[list[int], list[str]]:
-    """(devices to use, reasons it is blocked). CPU-only machines use no device ids."""
+class DeviceChoice(NamedTuple):
+    """The devices a server may use, or why it may not start (then `selected` is empty)."""
+
+    selected: list[int]
+    reasons: list[str]
+
+
+def choose(occupancy: Occupancy, needed: int, requested: list[int] | None, utilization: float | None) -> DeviceChoice:
+    """The devices to use, or the reasons the run is blocked. CPU-only machines use no device ids."""
     share = utilization if utilization is not None else VLLM_DEFAULT_UTILIZATION
     if occupancy.kind == "cpu":
         if requested:
-            return [], [
-                f"devices {requested} were requested, but this machine has no accelerator management tool "
-                "(mx-smi, nvidia-smi): there are no such devices"
-            ]
-        return [], []
+            return DeviceChoice(
+                [],
+                [
+                    f"devices {requested} were requested, but this machine has no accelerator management tool "
+                    "(mx-smi, nvidia-smi): there are no such devices"
+                ],
+            )
+        return DeviceChoice([], [])
     if occupancy.error:
-        return [], [f"occupancy could not be read ({occupancy.error}); pass devices only once it can be checked"]
+        return DeviceChoice(
+            [], [f"occupancy could not be read ({occupancy.error}); pass devices only once it can be checked"]
+        )
     by_index = {d.index: d for d in occupancy.devices}
     if requested:
         reasons = [f"device {i} does not exist (found {sorted(by_index)})" for i in requested if i not in by_index]
         reasons += [r for i in requested if i in by_index and (r := busy_reason(by_index[i], share))]
-        return (list(requested), []) if not reasons else ([], reasons)
+        return DeviceChoice(list(requested), []) if not reasons else DeviceChoice([], reasons)
     free = [d.index for d in occupancy.devices if busy_reason(d, share) is None]
     if len(free) >= needed:
-        return free[:needed], []
+        return DeviceChoice(free[:needed], [])
     reasons = [r for d in occupancy.devices if (r := busy_reason(d, share))]
-    return [], [f"{needed} device(s) needed, {len(free)} free", *reasons]
+    return DeviceChoice([], [f"{needed} device(s) needed, {len(free)} free", *reasons])

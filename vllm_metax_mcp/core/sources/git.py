@@ -1,170 +1,42 @@
-"""The safe git runner: argument lists only, read-only subcommands, repository programs neutralised.
-
-Every call disables what a repository's own configuration could make git execute or write
-(fsmonitor, hooks, external diff, textconv, signature programs, pager, optional index locks).
-Only subcommands that read objects and refs run: nothing that stages, commits, resets, stashes,
-checks out or touches a remote, and nothing that compares against the work tree (git would
-refresh `.git/index` and run the repository's clean filters); the work tree is read directly.
-Options that write files or start programs are refused.
-
-Nothing a repository configures may make git start a program or reach a remote. What a `-c`
-override can neutralise is neutralised on every call (the overrides come last, so they beat the
-repository's values); every protocol is forbidden (`GIT_ALLOW_PROTOCOL=` empty allows none and
-beats any `protocol.<name>.allow`, plus `-c protocol.<name>.allow=never` for each transport) and
-lazy fetching is off where git knows `GIT_NO_LAZY_FETCH`. What no override can undo is refused:
-before a repository's first call, and again whenever its configuration or object store changes,
-the guard reads the effective configuration (`git config --list --includes`, which runs nothing)
-and compares it with `PROGRAM_KEYS`, the explicit list of keys known to run programs or fetch
-(a partial clone or promisor remote would fetch every missing object, running the remote's
-transport), and it checks every file git would read objects or configuration from — the object
-directory, `objects/info/alternates` (followed as git follows it, nested and quoted entries
-included), symlinks inside the object store, included config files — lies inside the read roots.
-A missing object is then `not_found`, never a fetch.
-"""
+"""A git repository inside the read roots, read through the hardened runner (git_runner.py) once
+the guard (git_guard.py) has accepted it: commits, objects, and the files a work tree tracks."""
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import re
-import stat
-import subprocess
-import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from ..foundation.errors import ErrorCode, ToolFailure
 from ..foundation.policy import Policy, is_within, real
+from .git_guard import guard_repository
+from .git_runner import run_git, scrub_paths
 
-READ_ONLY_SUBCOMMANDS = frozenset(
-    {
-        "rev-parse",
-        "ls-files",
-        "ls-tree",
-        "cat-file",
-        "log",
-        "rev-list",
-        "diff-tree",
-        "show",
-        "merge-base",
-        "for-each-ref",
-        "name-rev",
-        "version",
-    }
+MISSING_OBJECT = re.compile(
+    r"not a valid object name|bad object|bad tree|not a tree object|missing|unable to read|could not read|"
+    r"invalid object|unknown revision|bad revision",
+    re.IGNORECASE,
 )
-LS_FILES_OPTIONS = frozenset(
-    {"-z", "-s", "--stage", "-c", "--cached", "-o", "--others", "--exclude-standard", "--full-name", "--"}
-)
-"""ls-files may list, never compare with the work tree (-m/-d would run clean filters)."""
-REFUSED_OPTION_PREFIXES = (
-    "--output",
-    "--ext-diff",
-    "--textconv",
-    "--show-signature",
-    "--exec",
-    "--open-files-in-pager",
-    "--no-index",
-    "--upload-pack",
-    "--receive-pack",
-    "--filters",
-    "--path=",
-)
-TRANSPORTS = ("file", "git", "ssh", "http", "https", "ftp", "ftps", "ext", "fd")
-"""Every transport git knows by name; each is forbidden explicitly (a repository's
-`protocol.<name>.allow=always` beats a general `protocol.allow=never`)."""
-NEUTRALISING_CONFIG = (
-    "core.fsmonitor=false",
-    "core.hooksPath=/dev/null",
-    "core.untrackedCache=false",
-    "core.pager=cat",
-    "diff.external=",
-    "core.sshCommand=false",
-    "credential.helper=",
-    "protocol.allow=never",
-    *(f"protocol.{name}.allow=never" for name in TRANSPORTS),
-    "diff.submodule=short",
-    "submodule.recurse=false",
-    "gc.auto=0",
-    "maintenance.auto=false",
-    "log.showSignature=false",
-    "gpg.program=false",
-    "gpg.openpgp.program=false",
-    "gpg.x509.program=false",
-    "gpg.ssh.program=false",
-)
-PATCH_SAFE_FLAGS = ("--no-ext-diff", "--no-textconv")
-GIT_TIMEOUT_S = 120
 
 
-def hardened_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(
-        GIT_OPTIONAL_LOCKS="0",
-        GIT_TERMINAL_PROMPT="0",
-        GIT_CONFIG_NOSYSTEM="1",
-        GIT_CONFIG_GLOBAL=os.devnull,
-        GIT_PAGER="cat",
-        GIT_ASKPASS="false",
-        GIT_NO_REPLACE_OBJECTS="1",
-        GIT_NO_LAZY_FETCH="1",  # git >= 2.44; older gits are covered by refusing promisor remotes
-        GIT_ALLOW_PROTOCOL="",  # an empty allow-list: no transport at all, whatever the config says
-        GIT_PROTOCOL_FROM_USER="0",
-        XDG_CONFIG_HOME=os.devnull,  # no user-level git/ignore, git/attributes or git/config outside the roots
-        LC_ALL="C",
-    )
-    return env
+ObjectKind = Literal["blob", "tree", "commit", "tag"]
+OBJECT_KINDS: dict[str, ObjectKind] = {"blob": "blob", "tree": "tree", "commit": "commit", "tag": "tag"}
 
 
-def _check_options(subcommand: str, args: tuple[str, ...]) -> None:
-    for arg in args:
-        if arg == "--" or arg == "--end-of-options":
-            return
-        if not arg.startswith("-"):
-            continue
-        refused = (
-            (subcommand == "ls-files" and arg not in LS_FILES_OPTIONS)
-            or arg.startswith(REFUSED_OPTION_PREFIXES)
-            or ("%G" in arg and arg.startswith(("--format", "--pretty")))
-        )
-        if refused:
-            raise ToolFailure(
-                ErrorCode.BAD_INPUT, f"git {subcommand} {arg} could write files or run programs; it is refused."
-            )
+def _object_kind(name: str) -> ObjectKind:
+    if name not in OBJECT_KINDS:
+        raise ToolFailure(ErrorCode.FAILED, f"git cat-file printed an unknown object type {name!r}.")
+    return OBJECT_KINDS[name]
 
 
-def git_command(repo: Path, subcommand: str, *args: str) -> list[str]:
-    if subcommand not in READ_ONLY_SUBCOMMANDS:
-        raise ToolFailure(ErrorCode.BAD_INPUT, f"git {subcommand} is not a read-only subcommand this server runs.")
-    _check_options(subcommand, args)
-    cmd = ["git", "-C", str(repo)]
-    for setting in NEUTRALISING_CONFIG:
-        cmd += ["-c", setting]
-    cmd.append(subcommand)
-    if subcommand in ("log", "show", "diff-tree"):
-        cmd += PATCH_SAFE_FLAGS
-    cmd += args
-    return cmd
+@dataclass(frozen=True)
+class GitObject:
+    """An object as `git cat-file --batch` prints it."""
 
-
-def run_git(
-    directory: Path, subcommand: str, *args: str, input: bytes | None = None
-) -> subprocess.CompletedProcess[bytes]:
-    try:
-        return subprocess.run(
-            git_command(directory, subcommand, *args),
-            check=False,
-            input=input,
-            capture_output=True,
-            env=hardened_env(),
-            timeout=GIT_TIMEOUT_S,
-            stdin=None if input is not None else subprocess.DEVNULL,
-        )
-    except subprocess.TimeoutExpired:
-        raise ToolFailure(
-            ErrorCode.BLOCKED,
-            f"git {subcommand} did not finish within {GIT_TIMEOUT_S} s in {directory.name}; a file git reads there "
-            "may be a FIFO or on a stalled file system. Check the repository by hand.",
-        ) from None
+    kind: ObjectKind
+    data: bytes
 
 
 @dataclass(frozen=True)
@@ -201,7 +73,8 @@ class Repository:
         if not revision or revision.startswith("-") or any(c in revision for c in "\0\n\r"):
             raise ToolFailure(
                 ErrorCode.INVALID_REVISION,
-                f"{revision!r} is not a revision: it must not be empty or start with '-'. Pass a commit, tag or branch name.",
+                f"{revision!r} is not a revision: it must not be empty or start with '-'. Pass a commit, tag or "
+                "branch name.",
             )
         guard_repository(self)
         proc = run_git(self.top, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{revision}^{{commit}}")
@@ -212,6 +85,26 @@ class Repository:
                 "check the revision with `git log`.",
             )
         return proc.stdout.decode().strip()
+
+    def read_objects(self, names: list[str]) -> list[GitObject | None]:
+        """Many objects through one `git cat-file --batch` (no filters, no index access), in the order
+        named (a sha, or `revision:path`); None where the repository has no object by that name."""
+        if not names:
+            return []
+        raw = self.run("cat-file", "--batch", input=("\n".join(names) + "\n").encode())
+        found: list[GitObject | None] = []
+        offset = 0
+        for _ in names:
+            header_end = raw.index(b"\n", offset)
+            header = raw[offset:header_end].decode(errors="replace")
+            offset = header_end + 1
+            if header.endswith((" missing", " ambiguous")):
+                found.append(None)
+                continue
+            _, kind, size = header.split()
+            found.append(GitObject(_object_kind(kind), raw[offset : offset + int(size)]))
+            offset += int(size) + 1
+        return found
 
     @property
     def allowed(self) -> tuple[Path, ...]:
@@ -259,436 +152,6 @@ def open_repository(path: str | os.PathLike[str], policy: Policy) -> Repository:
 def _rev_parse(directory: Path, *flags: str) -> list[str] | None:
     proc = run_git(directory, "rev-parse", *flags)
     return proc.stdout.decode().splitlines() if proc.returncode == 0 else None
-
-
-# -- the guard: what no override can undo is refused -------------------------------------------
-
-REFUSED = "refused"
-"""git would start a program or fetch and no `-c` override can stop it: the repository is refused."""
-OVERRIDDEN = "overridden"
-"""Neutralised by a `NEUTRALISING_CONFIG` override (or hardened_env) on every call."""
-UNREACHABLE = "unreachable"
-"""Used only by commands or options the runner never starts (fetch, push, commit, checkout, the
-work-tree comparing commands, `--ext-diff`/`--textconv`); fetching itself needs a promisor
-remote (refused) and a transport (none allowed)."""
-
-
-@dataclass(frozen=True)
-class ConfigKey:
-    pattern: str
-    """fnmatch pattern on the key as `git config --list` prints it, lower-cased."""
-    handling: str
-    why: str
-    only_when_true: bool = False
-
-
-PROGRAM_KEYS: tuple[ConfigKey, ...] = (
-    ConfigKey(
-        "extensions.partialclone",
-        REFUSED,
-        "makes it a partial clone: git fetches every object it lacks from "
-        "that remote, starting the remote's transport (an ext:: command, an upload-pack program, ssh)",
-    ),
-    ConfigKey(
-        "remote.*.promisor",
-        REFUSED,
-        "makes that remote a promisor: git fetches every object it lacks from it, "
-        "starting the remote's transport (an ext:: command, an upload-pack program, ssh)",
-        only_when_true=True,
-    ),
-    ConfigKey("core.fsmonitor", OVERRIDDEN, "runs a file-system monitor"),
-    ConfigKey("core.hookspath", OVERRIDDEN, "runs hooks"),
-    ConfigKey("core.untrackedcache", OVERRIDDEN, "writes the untracked cache into the index"),
-    ConfigKey("core.pager", OVERRIDDEN, "runs a pager"),
-    ConfigKey("diff.external", OVERRIDDEN, "runs an external diff program"),
-    ConfigKey("core.sshcommand", OVERRIDDEN, "runs an ssh command"),
-    ConfigKey("credential.helper", OVERRIDDEN, "runs a credential helper"),
-    ConfigKey("protocol.allow", OVERRIDDEN, "allows transports (GIT_ALLOW_PROTOCOL= allows none)"),
-    ConfigKey(
-        "protocol.*.allow", OVERRIDDEN, "allows a transport; ext:: runs any command (GIT_ALLOW_PROTOCOL= allows none)"
-    ),
-    ConfigKey("diff.submodule", OVERRIDDEN, "reads submodule repositories, which may lie outside the roots"),
-    ConfigKey("submodule.recurse", OVERRIDDEN, "recurses into submodule repositories"),
-    ConfigKey("gc.auto", OVERRIDDEN, "starts git gc"),
-    ConfigKey("maintenance.auto", OVERRIDDEN, "starts git maintenance"),
-    ConfigKey("log.showsignature", OVERRIDDEN, "runs the signature program on log/show"),
-    ConfigKey("gpg.program", OVERRIDDEN, "runs gpg"),
-    ConfigKey("gpg.*.program", OVERRIDDEN, "runs a signature program"),
-    ConfigKey("core.askpass", UNREACHABLE, "runs a password prompt (GIT_ASKPASS=false wins too)"),
-    ConfigKey(
-        "pager.*", UNREACHABLE, "runs a pager only on a terminal; output is always captured (GIT_PAGER=cat wins too)"
-    ),
-    ConfigKey("diff.*.command", UNREACHABLE, "external diff driver: --no-ext-diff on every diff-producing call"),
-    ConfigKey("diff.*.textconv", UNREACHABLE, "text conversion: --no-textconv on every diff-producing call"),
-    ConfigKey("filter.*", UNREACHABLE, "clean/smudge/process filters run only against the work tree"),
-    ConfigKey("core.alternaterefscommand", UNREACHABLE, "runs only while fetching or receiving"),
-    ConfigKey("core.gitproxy", UNREACHABLE, "runs only while fetching over git://"),
-    ConfigKey("remote.*.url", UNREACHABLE, "reached only by fetch or push"),
-    ConfigKey("remote.*.uploadpack", UNREACHABLE, "runs only while fetching"),
-    ConfigKey("remote.*.receivepack", UNREACHABLE, "runs only while pushing"),
-    ConfigKey("remote.*.vcs", UNREACHABLE, "a remote helper, run only while fetching or pushing"),
-    ConfigKey("url.*.insteadof", UNREACHABLE, "rewrites fetch URLs"),
-    ConfigKey("uploadpack.*", UNREACHABLE, "upload-pack settings, used only when serving a fetch"),
-    ConfigKey("http.*", UNREACHABLE, "network settings, used only while fetching or pushing"),
-    ConfigKey("core.editor", UNREACHABLE, "runs an editor only for commands that edit"),
-    ConfigKey("sequence.editor", UNREACHABLE, "runs an editor only while rebasing"),
-)
-FILE_KEYS = frozenset({"core.excludesfile", "core.attributesfile", "diff.orderfile", "mailmap.file"})
-"""Keys naming a file git reads on the calls the runner makes (listing, diffs, logs): like an
-include, the file must lie inside the roots (a FIFO outside them would hang every call, and its
-content is read outside the policy). The user-level defaults are off: see `hardened_env`."""
-INTERPOLATED_PATH_PREFIXES = ("%(", ":(")
-"""git expands `%(prefix)/` (its install prefix) and newer `:(optional)` in path-valued keys."""
-GIT_DIR_SKIPPED = frozenset({"objects"})
-"""Checked by the object-store walk (alternates followed as git follows them)."""
-MAX_ALTERNATE_DEPTH = 5
-"""git follows nested alternates this deep and no deeper."""
-MISSING_OBJECT = re.compile(
-    r"not a valid object name|bad object|bad tree|not a tree object|missing|unable to read|could not read|"
-    r"invalid object|unknown revision|bad revision",
-    re.IGNORECASE,
-)
-_FALSE = frozenset({"false", "no", "off", "0", ""})
-
-
-def scrub_paths(text: str, roots: tuple[Path, ...]) -> str:
-    """git's message with the resolved roots taken out, so paths read root-relative."""
-    for root in sorted((str(r) for r in roots), key=len, reverse=True):
-        text = text.replace(root + "/", "")
-        text = re.sub(re.escape(root) + r"(?![\w.-])", ".", text)
-    return text
-
-
-_Stamp = tuple[int, int, int, int] | None
-
-
-def _stamp(path: Path) -> _Stamp:
-    try:
-        info = os.stat(path)
-    except OSError:
-        return None
-    return (info.st_mtime_ns, info.st_ctime_ns, info.st_size, info.st_ino)
-
-
-_GUARDED: dict[tuple[str, ...], dict[Path, _Stamp]] = {}
-_GUARDED_LOCK = threading.Lock()
-
-
-def guard_repository(repo: Repository) -> None:
-    """Refuse the repository if anything it configures could make git run a program, fetch, or read
-    outside the roots. Checked once per repository and again whenever a file it was decided from changes."""
-    key = (str(repo.top), str(repo.git_dir), str(repo.common_dir), *(str(r) for r in repo.allowed))
-    with _GUARDED_LOCK:
-        known = _GUARDED.get(key)
-    if known is not None and all(_stamp(path) == stamp for path, stamp in known.items()):
-        return
-    guard = _Guard(repo)
-    guard.check_config()
-    guard.check_git_dirs()
-    guard.check_objects()
-    with _GUARDED_LOCK:
-        _GUARDED[key] = guard.watched
-
-
-def _blocks_readers(path: Path) -> bool:
-    """A FIFO or device: opening or reading it may wait forever."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return False
-    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-
-
-class _Guard:
-    def __init__(self, repo: Repository) -> None:
-        self.repo = repo
-        self.allowed = repo.allowed
-        self.watched: dict[Path, _Stamp] = {}
-        self.visited: set[Path] = set()
-
-    def watch(self, path: Path) -> None:
-        """Stamp a file before reading it: a change made after the stamp is seen on the next call."""
-        if path not in self.watched:
-            self.watched[path] = _stamp(path)
-
-    def inside(self, path: Path) -> bool:
-        return any(is_within(path, root) for root in self.allowed)
-
-    def shown(self, path: Path) -> str:
-        """Root-relative spelling for messages (never a resolved absolute path)."""
-        for root in self.allowed:
-            if is_within(path, root):
-                return path.relative_to(root).as_posix() or "."
-        return path.name
-
-    # -- configuration ---------------------------------------------------------------------------
-
-    def check_config(self) -> None:
-        repo = self.repo
-        for path in (
-            repo.common_dir / "config",
-            repo.common_dir / "config.worktree",
-            repo.git_dir / "config.worktree",
-            repo.git_dir / "HEAD",
-        ):
-            self.watch(path)
-        proc = subprocess.run(
-            ["git", "-C", str(repo.top), "config", "--list", "-z", "--includes", "--show-origin"],
-            check=False,
-            capture_output=True,
-            env=hardened_env(),
-            timeout=GIT_TIMEOUT_S,
-            stdin=subprocess.DEVNULL,
-        )
-        if proc.returncode != 0:
-            lines = proc.stderr.decode(errors="replace").strip().splitlines()
-            detail = scrub_paths(lines[-1], self.allowed) if lines else f"exit status {proc.returncode}"
-            raise ToolFailure(
-                ErrorCode.FAILED, f"git could not read the configuration of {self.shown(repo.top)}: {detail}"
-            )
-        fields = proc.stdout.split(b"\0")
-        for origin, item in zip(fields[0::2], fields[1::2]):
-            source = self._origin(os.fsdecode(origin))
-            name, newline, value = os.fsdecode(item).partition("\n")
-            self._entry(name, value if newline else None)
-            lowered = name.lower()
-            if lowered in FILE_KEYS and value:
-                self._named_file(name, value)
-            if (
-                value
-                and source is not None
-                and (lowered == "include.path" or (lowered.startswith("includeif.") and lowered.endswith(".path")))
-            ):
-                included = Path(os.path.expanduser(value))
-                self.watch(included if included.is_absolute() else source.parent / included)  # created later: seen
-
-    def _origin(self, origin: str) -> Path | None:
-        kind, _, location = origin.partition(":")
-        if kind != "file" or not location:
-            return None
-        path = Path(location) if os.path.isabs(location) else self.repo.top / location
-        self.watch(path)
-        if not self.inside(real(path)):
-            raise ToolFailure(
-                ErrorCode.OUTSIDE_ROOTS,
-                f"The configuration of {self.shown(self.repo.top)} includes a file outside the server's roots "
-                "(include.path or includeIf); git would read it on every call. Remove the include, or start the "
-                "server with a --root covering it.",
-            )
-        return path
-
-    def _named_file(self, name: str, value: str) -> None:
-        """A file a key names (relative to the work tree, as git resolves it from `-C top`) must lie inside the roots."""
-        if value.startswith(INTERPOLATED_PATH_PREFIXES):
-            raise ToolFailure(
-                ErrorCode.OUTSIDE_ROOTS,
-                f"The repository {self.shown(self.repo.top)} sets `{name}` to a path git interpolates ({value[:2]}...); "
-                "where it leads cannot be checked against the server's roots. Spell the path out, or unset the key.",
-                key=name,
-            )
-        named = Path(os.path.expanduser(value))
-        path = named if named.is_absolute() else self.repo.top / named
-        self.watch(path)
-        if not self.inside(real(path)):
-            raise ToolFailure(
-                ErrorCode.OUTSIDE_ROOTS,
-                f"The repository {self.shown(self.repo.top)} sets `{name}` to a file outside the server's roots; git "
-                "would read it on every call. Unset the key, or start the server with a --root covering the file.",
-                key=name,
-            )
-
-    def _entry(self, name: str, value: str | None) -> None:
-        lowered = name.lower()
-        for rule in PROGRAM_KEYS:
-            if rule.handling != REFUSED or not fnmatch.fnmatchcase(lowered, rule.pattern):
-                continue
-            if rule.only_when_true and value is not None and value.strip().lower() in _FALSE:
-                continue
-            shown = f"{name}={value}" if value is not None else name
-            raise ToolFailure(
-                ErrorCode.BAD_INPUT,
-                f"The repository {self.shown(self.repo.top)} sets `{shown}`, which {rule.why}. The server never "
-                "fetches or runs a repository's programs, so it refuses the repository: use a full clone (one made "
-                f"without --filter), or, once every object is present, remove the key (`git config --unset {name}`).",
-                key=name,
-            )
-
-    # -- object store ----------------------------------------------------------------------------
-
-    def check_git_dirs(self) -> None:
-        """Every entry of the git dirs (objects aside) is a regular file or a directory inside the roots:
-        git reads info/exclude, info/attributes, info/grafts, shallow, packed-refs and refs on the calls
-        the runner makes, and a link out of the roots (or a FIFO, which would hang every call) is refused."""
-        for top in dict.fromkeys((self.repo.git_dir, self.repo.common_dir)):
-            self._git_dir_entries(top, top)
-
-    def _git_dir_entries(self, top: Path, directory: Path) -> None:
-        self.watch(directory)
-        try:
-            entries = list(os.scandir(directory))
-        except OSError:
-            return
-        for entry in entries:
-            path = Path(entry.path)
-            if directory == top and entry.name in GIT_DIR_SKIPPED:
-                continue
-            if entry.is_symlink():
-                target = real(path)
-                if not self.inside(target):
-                    raise ToolFailure(
-                        ErrorCode.OUTSIDE_ROOTS,
-                        f"{self.shown(path)} in the git directory of {self.shown(self.repo.top)} is a link outside the "
-                        "server's roots; git would read it on every call. Replace the link with the file, or start "
-                        "the server with a --root covering it.",
-                    )
-                self.watch(path)
-                if _blocks_readers(target):
-                    raise self._not_a_file(path)
-                continue
-            if entry.is_dir(follow_symlinks=False):
-                self._git_dir_entries(top, path)
-            elif _blocks_readers(path):
-                raise self._not_a_file(path)
-
-    def _not_a_file(self, path: Path) -> ToolFailure:
-        return ToolFailure(
-            ErrorCode.BAD_INPUT,
-            f"{self.shown(path)} in the git directory of {self.shown(self.repo.top)} is a FIFO or a device, which "
-            "would make git wait forever; remove it.",
-        )
-
-    def check_objects(self) -> None:
-        objects = self.repo.common_dir / "objects"
-        if not self.inside(real(objects)):
-            raise self._outside("its objects directory is a symlink to another place")
-        self._object_dir(objects, 0)
-
-    def _outside(self, what: str) -> ToolFailure:
-        return ToolFailure(
-            ErrorCode.OUTSIDE_ROOTS,
-            f"The object store of {self.shown(self.repo.top)} reads from outside the server's roots ({what}); git "
-            "would show another repository's objects. Start the server with a --root covering it, or make the "
-            "repository standalone (`git repack -a -d`, then remove objects/info/alternates).",
-        )
-
-    def _object_dir(self, path: Path, depth: int) -> None:
-        """An object directory as git names it (normalised, symlinks unresolved) and its alternates."""
-        resolved = real(path)
-        if resolved in self.visited:
-            return
-        self.visited.add(resolved)
-        for watched in (resolved, resolved / "info", resolved / "pack"):
-            self.watch(watched)
-        self._links(resolved, 0)
-        alternates = resolved / "info" / "alternates"
-        self.watch(alternates)
-        if not os.path.lexists(alternates):
-            return
-        if not self.inside(real(alternates)):
-            raise self._outside(f"{self.shown(alternates)} is a symlink to another place")
-        if depth > MAX_ALTERNATE_DEPTH:
-            return
-        try:
-            data = alternates.read_bytes()
-        except OSError:
-            return
-        for line, entry in parse_alternates(data):
-            joined = entry if os.path.isabs(entry) else os.path.join(resolved, entry)
-            normalised = os.path.normpath(joined)
-            target = real(normalised)
-            self.watch(target)
-            if not self.inside(target):
-                raise self._outside(f"{self.shown(alternates)} line {line} names an object directory elsewhere")
-            if target.is_dir():
-                self._object_dir(Path(normalised), depth + 1)
-
-    def _links(self, directory: Path, depth: int) -> None:
-        """Symlinks inside an object directory must lead inside the roots too."""
-        if depth > 3:
-            return
-        try:
-            entries = list(os.scandir(directory))
-        except OSError:
-            return
-        for entry in entries:
-            if entry.is_symlink():
-                target = real(entry.path)
-                if not self.inside(target):
-                    raise self._outside(f"a symlink at {self.shown(Path(entry.path))}")
-                if target.is_dir() and target not in self.visited:
-                    self.visited.add(target)
-                    self._links(target, depth + 1)
-            elif entry.is_dir(follow_symlinks=False):
-                self._links(Path(entry.path), depth + 1)
-
-
-def parse_alternates(data: bytes) -> list[tuple[int, str]]:
-    """The entries of an `objects/info/alternates` file as git reads them: one per line, `#` comments,
-    C-quoted entries (which may span lines); the file ends at a NUL. Returns (line number, path)."""
-    data = data.split(b"\0", 1)[0]
-    entries: list[tuple[int, str]] = []
-    position = 0
-    while position < len(data):
-        line = data.count(b"\n", 0, position) + 1
-        quoted = _unquote_c(data, position) if data[position : position + 1] == b'"' else None
-        if data[position : position + 1] == b"#":
-            entry, end = b"", _line_end(data, position)
-        elif quoted is not None:
-            entry, end = quoted
-        else:
-            end = _line_end(data, position)
-            entry = data[position:end]
-        position = end + 1 if end < len(data) else end
-        if entry:
-            entries.append((line, os.fsdecode(entry)))
-    return entries
-
-
-def _line_end(data: bytes, start: int) -> int:
-    end = data.find(b"\n", start)
-    return len(data) if end < 0 else end
-
-
-_C_ESCAPES = {
-    ord("a"): 7,
-    ord("b"): 8,
-    ord("f"): 12,
-    ord("n"): 10,
-    ord("r"): 13,
-    ord("t"): 9,
-    ord("v"): 11,
-    ord("\\"): 92,
-    ord('"'): 34,
-}
-
-
-def _unquote_c(data: bytes, start: int) -> tuple[bytes, int] | None:
-    """git's unquote_c_style: the unquoted bytes and the index just after the closing quote."""
-    out = bytearray()
-    position = start + 1
-    while position < len(data):
-        byte = data[position]
-        position += 1
-        if byte == ord('"'):
-            return bytes(out), position
-        if byte != ord("\\"):
-            out.append(byte)
-            continue
-        if position >= len(data):
-            return None
-        escape = data[position]
-        position += 1
-        if escape in _C_ESCAPES:
-            out.append(_C_ESCAPES[escape])
-        elif ord("0") <= escape <= ord("3"):
-            digits = data[position : position + 2]
-            if len(digits) != 2 or not all(ord("0") <= d <= ord("7") for d in digits):
-                return None
-            out.append(((escape - 48) << 6) | ((digits[0] - 48) << 3) | (digits[1] - 48))
-            position += 2
-        else:
-            return None
-    return None
 
 
 def tracked_below(policy: Policy, top: Path, target: Path) -> list[str]:

@@ -56,8 +56,9 @@ def _from_cache(policy: Policy, repo_id: str, revision: str | None) -> ModelLoca
     except Exception:  # the hub client raises several types for "not cached"; all mean the same here
         wanted = f"{repo_id}@{revision}" if revision else repo_id
         raise not_found(
-            f"{wanted} is no directory under the roots and not in the local Hugging Face cache (the server never downloads); "
-            f"fetch it first (`hf download {repo_id}{' --revision ' + revision if revision else ''}`) or pass a local directory."
+            f"{wanted} is no directory under the roots and not in the local Hugging Face cache (the server never "
+            f"downloads); fetch it first (`hf download {repo_id}{' --revision ' + revision if revision else ''}`) "
+            "or pass a local directory."
         ) from None
     path = policy.readable(snapshot)
     commit = path.name if re.fullmatch(r"[0-9a-f]{40}", path.name) else None

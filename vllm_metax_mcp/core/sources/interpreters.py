@@ -143,7 +143,8 @@ class Interpreters:
         if source == "override" and policy.mode is not Mode.EDIT:
             raise ToolFailure(
                 ErrorCode.REVIEW_MODE,
-                "python overrides are accepted in edit mode only; in review mode the environment record's interpreter runs.",
+                "python overrides are accepted in edit mode only; in review mode the environment record's "
+                "interpreter runs.",
             )
         shown = policy.display(python)
         if os.sep not in python and not os.path.isabs(python):
@@ -164,9 +165,9 @@ class Interpreters:
         if policy.mode is Mode.REVIEW:
             raise ToolFailure(
                 ErrorCode.REVIEW_MODE,
-                f"{who} the interpreter {shown}, which the operator did not allow: in review mode only the interpreters "
-                f"named with `serve --python` run (now: {allowed}). Restart the server with --python naming it, or "
-                "establish the environment with an allowed one.",
+                f"{who} the interpreter {shown}, which the operator did not allow: in review mode only the "
+                f"interpreters named with `serve --python` run (now: {allowed}). Restart the server with --python "
+                "naming it, or establish the environment with an allowed one.",
             )
         raise ToolFailure(
             ErrorCode.OUTSIDE_ROOTS,

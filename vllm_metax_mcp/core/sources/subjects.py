@@ -121,25 +121,17 @@ class Subject:
 
 def read_blobs(repo: Repository, shas: list[str]) -> dict[str, bytes]:
     """Contents of many blobs through one `git cat-file --batch` (no filters, no index access)."""
-    if not shas:
-        return {}
     unique = list(dict.fromkeys(shas))
-    raw = repo.run("cat-file", "--batch", input=("\n".join(unique) + "\n").encode())
     blobs: dict[str, bytes] = {}
-    offset = 0
-    for sha in unique:
-        header_end = raw.index(b"\n", offset)
-        header = raw[offset:header_end].decode().split()
-        if len(header) == 2 and header[1] == "missing":
+    for sha, found in zip(unique, repo.read_objects(unique), strict=True):
+        if found is None:
             raise not_found(
                 f"git object {sha} is missing from the repository (a partial or shallow clone?); the server never "
                 "fetches missing objects: fetch it yourself, or use a full clone."
             )
-        if len(header) < 3 or header[1] != "blob":
+        if found.kind != "blob":
             raise ToolFailure(ErrorCode.FAILED, f"git object {sha} is not a readable blob.")
-        size = int(header[2])
-        blobs[sha] = raw[header_end + 1 : header_end + 1 + size]
-        offset = header_end + 1 + size + 1
+        blobs[sha] = found.data
     return blobs
 
 
@@ -176,7 +168,8 @@ class IndexSubject(_GitSubject):
         if self.unmerged:
             raise ToolFailure(
                 ErrorCode.BLOCKED,
-                f"The index has unmerged paths ({', '.join(sorted(set(self.unmerged))[:5])}); resolve the merge before reviewing the staged snapshot.",
+                f"The index has unmerged paths ({', '.join(sorted(set(self.unmerged))[:5])}); resolve the merge "
+                "before reviewing the staged snapshot.",
             )
         return entries
 

@@ -11,6 +11,7 @@ the tokenizer never initialised, and no device is touched (devices are hidden by
 import json
 import logging
 import sys
+from typing import Any, Dict
 
 MARKER = "@@CONSTRUCT@@"
 STEP = "@@STEP@@"
@@ -85,7 +86,10 @@ def entry_points_of(group):
     from importlib.metadata import entry_points
 
     found = entry_points()
-    selected = found.select(group=group) if hasattr(found, "select") else found.get(group, [])
+    if sys.version_info >= (3, 10):
+        selected = found.select(group=group)
+    else:  # a dict of groups before 3.10
+        selected = found.get(group, [])
     return [(ep.name, ep.value) for ep in selected]
 
 
@@ -192,7 +196,7 @@ def step(text):
 
 def main():
     request = json.loads(sys.stdin.read())
-    report = {"errors": {}}
+    report: Dict[str, Any] = {"errors": {}}
     capture = Capture()
     for name in ("vllm.plugins", "vllm.platforms"):
         logger = logging.getLogger(name)

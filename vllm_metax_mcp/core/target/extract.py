@@ -20,6 +20,7 @@ import os
 import shutil
 import sys
 import tempfile
+from typing import Any, Dict
 
 PLAN_JSON = None  # trim_model embeds the plan here (a JSON string) in the extract.py it writes
 
@@ -152,7 +153,7 @@ def parse_header(path):
 
 def header_bytes(tensors):
     """The header of an output shard for [(name, dtype, shape, nbytes)] in data order, padded to 8 bytes."""
-    header = {"__metadata__": {"format": "pt"}}
+    header: Dict[str, Any] = {"__metadata__": {"format": "pt"}}
     offset = 0
     for name, dtype, shape, nbytes in tensors:
         header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}

@@ -11,12 +11,14 @@ name matches an op namespace imported directly, one announced step at a time; a 
 printed before that, so a crash there keeps what was learnt. It never touches a device.
 """
 
+import functools
 import importlib
 import importlib.machinery
 import importlib.util
 import json
 import os
 import sys
+from typing import Any, Dict
 
 MARKER = "@@OPPROBE@@"
 STEP = "@@STEP@@"
@@ -122,7 +124,14 @@ def read_ops(report, torch, ops):
 
 def main():
     request = json.loads(sys.stdin.read())
-    report = {"packages": {}, "loaded": [], "loaded_by_platform": [], "errors": {}, "ops": {}, "stage": "torch"}
+    report: Dict[str, Any] = {
+        "packages": {},
+        "loaded": [],
+        "loaded_by_platform": [],
+        "errors": {},
+        "ops": {},
+        "stage": "torch",
+    }
     step("importing torch")
     try:
         import torch
@@ -137,7 +146,7 @@ def main():
         if importlib.util.find_spec(module.split(".")[0]) is None:
             continue
         step("importing " + module)
-        if attempt(report, module, lambda: importlib.import_module(module)):
+        if attempt(report, module, functools.partial(importlib.import_module, module)):
             report["loaded"].append(module)
     mapped = mapped_files()
     pending = []
@@ -155,7 +164,7 @@ def main():
     emit(report)
     for module, _ in pending:
         step("importing " + module)
-        if attempt(report, module, lambda: importlib.import_module(module)):
+        if attempt(report, module, functools.partial(importlib.import_module, module)):
             report["loaded"].append(module)
     report["stage"] = "complete"
     read_ops(report, torch, request["ops"])

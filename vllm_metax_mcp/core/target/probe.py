@@ -48,7 +48,10 @@ def plugins():
     eps = metadata.entry_points()
     result = {}
     for group in PLUGIN_GROUPS:
-        selected = eps.select(group=group) if hasattr(eps, "select") else eps.get(group, [])
+        if sys.version_info >= (3, 10):
+            selected = eps.select(group=group)
+        else:  # a dict of groups before 3.10
+            selected = eps.get(group, [])
         result[group] = [{"name": ep.name, "value": ep.value} for ep in selected]
     return result
 

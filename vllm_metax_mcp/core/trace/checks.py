@@ -1,20 +1,18 @@
 """The second pass of a dependency trace: dispatch and overrides, kernels against the installed
 binaries, and defects of the plugin code on the model's path.
 
-"The model" is the package of the registered plugin module (or the module alone when it sits
-in the package that registers it). A plugin module outside the model whose own imports fail is
-a `pending_upgrade` boundary, not a defect of the model; modules that hold patches, registries
-or selected attention backends are boundaries owned by their own workflows, walked deeper only
-on request.
+"The model" is the package of the registered plugin module (`entry.Model`). A plugin module
+outside the model whose own imports fail is a `pending_upgrade` boundary, not a defect of the
+model; modules that hold patches, registries or selected attention backends are boundaries owned
+by their own workflows, walked deeper only on request.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from ..code.codebase import Codebase
+from ..code.codebase import Codebase, Ref
 from ..code.module_index import ModuleIndex, module_name
 from ..code.op_scanners import native_registrations, python_facts, python_registrations
 from ..code.overrides import (
@@ -26,27 +24,18 @@ from ..code.overrides import (
     same_path_overrides,
 )
 from ..foundation.errors import ToolFailure
-from ..foundation.evidence import Evidence
 from ..foundation.policy import Policy
 from ..foundation.state import StateStore
-from ..sources.environment import check_interpreter
+from ..sources.environment import EnvironmentRecord, check_interpreter
 from ..sources.interpreters import Interpreters
-from .defects import (
-    Defect,
-    ImportProblem,
-    call_drift,
-    import_defects,
-    import_problems,
-    kernel_drift,
-    op_defects,
-    override_defects,
-    override_drift,
-    skipped_base_init,
-)
+from .base_init import skipped_base_init
+from .defects import Defect, ImportProblem, import_defects, import_problems, op_defects, override_defects
+from .entry import Model
 from .kernels import KernelLaunch, OpRow, kernel_launches, op_rows, probe_ops
 from .loading import ConfigRewrite, WeightLoading, config_rewrites, weight_loading
 from .revisions import UpstreamHistory
-from .walk import Walk
+from .signatures import call_drift, kernel_drift, override_drift
+from .walk import Boundary, Walk
 
 PENDING_SHOWN = 3
 UNKNOWNS_SHOWN = 3
@@ -62,7 +51,7 @@ class ProbeTarget:
 
 
 def probe_target(
-    python: str | None, policy: Policy, interpreters: Interpreters, record: dict[str, Any] | None, enabled: bool
+    python: str | None, policy: Policy, interpreters: Interpreters, record: EnvironmentRecord | None, enabled: bool
 ) -> ProbeTarget:
     """The environment record's interpreter; an explicit one only in edit mode. Either passes the
     interpreter policy (core/sources/interpreters.py): a recorded one the operator did not allow is a gap."""
@@ -70,52 +59,15 @@ def probe_target(
         return ProbeTarget(None, gap="Ops were not probed (probe_ops=false): installed is unknown for every op.")
     if python:
         return ProbeTarget(check_interpreter(python, policy, interpreters, "override").path)
-    if not record or not record.get("python"):
+    if not record or not record.python:
         return ProbeTarget(
             None,
             gap="No environment record with an interpreter: ops were not probed (run environment action=establish).",
         )
     try:
-        return ProbeTarget(
-            check_interpreter(record["python"], policy, interpreters, "record").path, record.get("probe_id")
-        )
+        return ProbeTarget(check_interpreter(record.python, policy, interpreters, "record").path, record.probe_id)
     except ToolFailure as failure:
         return ProbeTarget(None, gap=f"The recorded interpreter cannot run ({failure.message}): ops were not probed.")
-
-
-@dataclass(frozen=True)
-class Model:
-    """Where the traced model lives, from its registrations."""
-
-    plugin_module: str | None
-    registration_path: str | None
-    upstream_module: str | None
-    registry_path: str | None
-    classes: tuple[tuple[str, str], ...] = ()
-
-    def members(self, code: Codebase) -> set[str]:
-        """The registered plugin module's package (or the module alone, beside its registration)."""
-        if not self.plugin_module:
-            return set()
-        indexed = code.get(self.plugin_module)
-        registering = module_name(self.registration_path or "") or ""
-        registering_package = (
-            registering if (self.registration_path or "").endswith("__init__.py") else registering.rpartition(".")[0]
-        )
-        package = self.plugin_module if indexed and indexed.is_package else self.plugin_module.rpartition(".")[0]
-        if package == registering_package:
-            return {self.plugin_module}
-        return {name for name in code.index.modules if name == package or name.startswith(package + ".")}
-
-
-@dataclass
-class BoundaryNote:
-    kind: str
-    """pending_upgrade | owned."""
-    module: str
-    file: str | None
-    reason: str
-    evidence: list[Evidence] = field(default_factory=list)
 
 
 @dataclass
@@ -125,7 +77,8 @@ class Findings:
     ops: list[OpRow] = field(default_factory=list)
     kernels: list[KernelLaunch] = field(default_factory=list)
     defects: list[Defect] = field(default_factory=list)
-    boundaries: list[BoundaryNote] = field(default_factory=list)
+    boundaries: list[Boundary] = field(default_factory=list)
+    """Plugin modules the walk stopped at: pending upgrades and modules other workflows own."""
     config_rewrites: list[ConfigRewrite] = field(default_factory=list)
     weight_loading: list[WeightLoading] = field(default_factory=list)
     unknowns: list[str] = field(default_factory=list)
@@ -160,14 +113,15 @@ def _state(target: Target) -> str:
     return f"{target.symbol} (changed)" if target.changed else target.symbol
 
 
-def _pending(code: Codebase, module: str, problems: list[ImportProblem]) -> BoundaryNote:
+def _pending(code: Codebase, module: str, problems: list[ImportProblem]) -> Boundary:
     shown = "; ".join(f"`{p.written}` ({p.outcome.value})" for p in problems[:PENDING_SHOWN])
     more = f"; … {len(problems) - PENDING_SHOWN} more" if len(problems) > PENDING_SHOWN else ""
-    return BoundaryNote(
-        "pending_upgrade",
+    return Boundary(
         module,
-        code.get(module).path,
+        "plugin",
         f"a plugin module outside the model whose own upgrade is pending: {shown}{more}",
+        "pending_upgrade",
+        code.module(module).path,
         [code.evidence(module, p.line) for p in problems[:PENDING_SHOWN]],
     )
 
@@ -184,6 +138,8 @@ def check_path(
     plugin_packages: frozenset[str],
     probe: ProbeTarget,
 ) -> Findings:
+    """Overrides on the path, import, init, signature and op defects of the plugin modules walked,
+    kernels, ops against the probe, config rewrites and weight loading."""
     findings = Findings(unknowns=list(found.unknowns))
     reached = walk.names()
     members = model.members(code)
@@ -193,7 +149,7 @@ def check_path(
     walked = [
         r.name for r in walk.rows if ":" not in r.name and r.branch != "not_taken" and code.get(r.name) is not None
     ]
-    plugin_walked = [m for m in walked if code.get(m).side == "plugin" and m not in stop]
+    plugin_walked = [m for m in walked if code.module(m).side == "plugin" and m not in stop]
     checked = _imports(code, plugin_walked, members, base, history, plugin_packages, findings)
     for module in checked:
         findings.defects += (
@@ -205,13 +161,13 @@ def check_path(
     module_of = {m.path: m.name for m in code.index.modules.values() if m.side == "plugin"}
     findings.defects += override_defects(code, findings.overrides, findings.patches, module_of)
     findings.boundaries += [
-        BoundaryNote("owned", r.name, r.file, stop[r.name]) for r in walk.rows if r.name in stop and r.depth > 0
+        Boundary(r.name, "plugin", stop[r.name], "owned", r.file) for r in walk.rows if r.name in stop and r.depth > 0
     ]
     findings.config_rewrites = config_rewrites(
         store, code, module_name(model.registry_path or ""), model.upstream_module
     )
     symbols = [r.name.partition(":") for r in walk.rows if ":" in r.name and r.branch != "not_taken"]
-    findings.weight_loading = weight_loading(code, [*model.classes, *((m, c) for m, _, c in symbols)])
+    findings.weight_loading = weight_loading(code, [*model.classes, *(Ref(m, (c,)) for m, _, c in symbols)])
     findings.defects.sort(key=lambda d: (d.kind, d.file, d.line))
     return findings
 
@@ -259,5 +215,5 @@ def _ops(
         outcome = probe_ops(probe.python, store, findings.ops, sorted(code.first_party), probe.identity)
         findings.probe_id = outcome.probe_id
         findings.unknowns += outcome.gaps
-    plugin_paths = {code.get(m).path: m for m in checked}
+    plugin_paths = {code.module(m).path: m for m in checked}
     findings.defects += op_defects(code, findings.ops, plugin_paths, findings.probe_id)

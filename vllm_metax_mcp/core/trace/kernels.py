@@ -14,12 +14,12 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ..code.codebase import Codebase, Ref
 from ..code.dispatch import dotted
 from ..code.module_index import ModuleIndex
-from ..code.op_scanners import OpRegistration, call_argument, const_string
+from ..code.op_scanners import OpRegistration, PythonOpFacts, call_argument, const_string
 from ..foundation.isolated import ProbeDeath, ProbeDied, run_isolated
 from ..foundation.results import digest
 from ..foundation.state import StateStore
@@ -28,6 +28,9 @@ from ..target import script_source
 PROBE_MARKER = "@@OPPROBE@@"
 OP_PROBE_TIMEOUT_S = 240
 JIT_MARKERS = ("jit", "autotune")
+
+SchemaSource = Literal["installed", "source"]
+"""Where an op's schemas come from: the probe of the installed binaries, or the registering source."""
 
 
 # -- assembly --------------------------------------------------------------------------------
@@ -41,7 +44,7 @@ class OpRow:
     registered_in: list[OpRegistration] = field(default_factory=list)
     installed: bool | None = None
     schema: list[str] = field(default_factory=list)
-    schema_from: str | None = None
+    schema_from: SchemaSource | None = None
 
 
 @dataclass
@@ -60,14 +63,14 @@ class KernelLaunch:
 
 
 def op_rows(
-    code: Codebase, facts: dict[str, dict[str, Any]], walked: list[str], registrations: list[OpRegistration]
+    code: Codebase, facts: dict[str, PythonOpFacts], walked: list[str], registrations: list[OpRegistration]
 ) -> list[OpRow]:
     """Every op the walked modules use, with the sources that register it."""
     rows: dict[str, OpRow] = {}
-    ordered = sorted(walked, key=lambda m: code.get(m) is None or code.get(m).side != "plugin")  # plugin uses first
+    ordered = sorted(walked, key=lambda m: (i := code.get(m)) is None or i.side != "plugin")  # plugin uses first
     for module in ordered:
-        for op, line in facts.get(module, {}).get("uses", []):
-            rows.setdefault(op, OpRow(op)).used_in.append(code.where(module, line))
+        for use in facts[module].uses if module in facts else []:
+            rows.setdefault(use.op, OpRow(use.op)).used_in.append(code.where(module, use.line))
     for row in rows.values():
         row.registered_in = [r for r in registrations if r.matches(row.op)]
         declared = [r.schema for r in row.registered_in if r.schema]
@@ -106,7 +109,7 @@ def probe_ops(
     key = f"cache/opprobe/{_probe_key(python, identity, request)}.json"
     cached = store.read(key)
     report = store.read(f"probes/{cached['probe_id']}.json") if cached else None
-    if report is not None:
+    if cached and report is not None:
         return ProbeOutcome(cached["probe_id"], _apply(rows, report["report"], python))
     script = script_source("op_probe")
     died: ProbeDeath | None = None
@@ -186,8 +189,16 @@ def _provided(decorators: list[ast.expr]) -> tuple[set[str], bool]:
     return provided, readable
 
 
-def kernel_definition(code: Codebase, ref: Ref) -> tuple[ast.FunctionDef, list[str], list[str]] | None:
-    """(definition, decorators, required parameters) of a JIT kernel, or None when unreadable."""
+@dataclass(frozen=True)
+class KernelDefinition:
+    node: ast.FunctionDef
+    decorators: list[str]
+    required: list[str]
+    """Parameters a launch must bind (those autotune configs and heuristics supply excluded)."""
+
+
+def kernel_definition(code: Codebase, ref: Ref) -> KernelDefinition | None:
+    """A JIT kernel's definition, decorators and required parameters, or None when unreadable."""
     tree = code.tree(ref.module)
     node = (
         next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == ref.path[0]), None) if tree else None
@@ -199,7 +210,7 @@ def kernel_definition(code: Codebase, ref: Ref) -> tuple[ast.FunctionDef, list[s
         return None
     params = [*node.args.posonlyargs, *node.args.args]
     required = [p.arg for p in params[: len(params) - len(node.args.defaults)] if p.arg not in provided]
-    return node, [ast.unparse(d).split("(")[0] for d in node.decorator_list], required
+    return KernelDefinition(node, [ast.unparse(d).split("(")[0] for d in node.decorator_list], required)
 
 
 def _is_jit(code: Codebase, ref: Ref) -> bool:
@@ -247,13 +258,12 @@ def kernel_launches(code: Codebase, modules: list[str], base: ModuleIndex | None
             launch = launches.get(ref.symbol)
             if launch is None:
                 found = kernel_definition(code, ref)
-                if found is None:
-                    continue
-                definition, decorators, required = found
                 indexed = code.get(ref.module)
-                params = [a.arg for a in (*definition.args.posonlyargs, *definition.args.args)]
+                if found is None or indexed is None:
+                    continue
+                params = [a.arg for a in (*found.node.args.posonlyargs, *found.node.args.args)]
                 launch = launches[ref.symbol] = KernelLaunch(
-                    ref, indexed.path, definition.lineno, decorators, required, params
+                    ref, indexed.path, found.node.lineno, found.decorators, found.required, params
                 )
                 launch.gained = _gained(base, ref, params)
             site = code.where(module, node.lineno)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from ..code.codebase import Codebase, Outcome
+from ..code.codebase import Codebase, Outcome, Ref
 from ..code.dispatch import dotted
 from ..code.fact_cache import FactCache
 from ..foundation.state import StateStore
@@ -20,8 +20,10 @@ from ..foundation.state import StateStore
 REWRITE_FACTS_VERSION = 1
 ARCHITECTURES = "architectures"
 
+WeightLoadingKind = Literal["load_weights", "weights_mapper"]
 
-@dataclass
+
+@dataclass(frozen=True)
 class ConfigRewrite:
     file: str
     line: int
@@ -30,13 +32,21 @@ class ConfigRewrite:
     model_types: list[str] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(frozen=True)
 class WeightLoading:
     symbol: str
-    kind: str
-    """load_weights | weights_mapper."""
+    kind: WeightLoadingKind
     file: str
     line: int
+
+
+@dataclass(frozen=True)
+class RewriteSite:
+    """A statement that sets `architectures` to string literals (`scan_rewrites`, read back)."""
+
+    line: int
+    architectures: list[str]
+    guard: str | None
 
 
 def _strings(node: ast.AST) -> list[str]:
@@ -50,7 +60,7 @@ def _rewritten(node: ast.AST) -> list[str]:
     if isinstance(node, ast.Dict):
         return [
             a
-            for k, v in zip(node.keys, node.values)
+            for k, v in zip(node.keys, node.values, strict=True)
             if isinstance(k, ast.Constant) and k.value == ARCHITECTURES
             for a in _strings(v)
         ]
@@ -67,6 +77,7 @@ def _rewritten(node: ast.AST) -> list[str]:
 
 
 def scan_rewrites(source: bytes) -> dict[str, Any]:
+    """The rewrite sites of one file as JSON (the cached form): line, architectures, guard."""
     if ARCHITECTURES.encode() not in source:
         return {}
     try:
@@ -84,12 +95,12 @@ def scan_rewrites(source: bytes) -> dict[str, Any]:
                 visit(child, [*guards, f"not ({test})"])
             return
         architectures = _rewritten(node)
-        if architectures:
+        if architectures and isinstance(node, (ast.stmt, ast.expr)):
             found.append(
                 {"line": node.lineno, "architectures": architectures, "guard": " and ".join(guards[-2:]) or None}
             )
-        for child in ast.iter_child_nodes(node):
-            visit(child, [] if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else guards)
+        for inner in ast.iter_child_nodes(node):
+            visit(inner, [] if isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)) else guards)
 
     visit(tree, [])
     return {"rewrites": found}
@@ -115,7 +126,7 @@ def registry_table(code: Codebase, module: str) -> dict[str, str]:
     for node in ast.walk(tree) if tree else []:
         if not isinstance(node, ast.Dict):
             continue
-        for key, value in zip(node.keys, node.values):
+        for key, value in zip(node.keys, node.values, strict=True):
             if (
                 isinstance(key, ast.Constant)
                 and isinstance(key.value, str)
@@ -140,11 +151,9 @@ def config_rewrites(
     facts = FactCache(store, "rewrites", REWRITE_FACTS_VERSION).get_many(subject, sorted(modules), scan_rewrites)
     found = []
     for path, value in sorted(facts.items()):
-        for item in value.get("rewrites", []):
-            if any(table.get(a) == model_module for a in item["architectures"]):
-                found.append(
-                    ConfigRewrite(path, item["line"], item["architectures"], item["guard"], _model_types(item["guard"]))
-                )
+        for site in (RewriteSite(**item) for item in value.get("rewrites", [])):
+            if any(table.get(a) == model_module for a in site.architectures):
+                found.append(ConfigRewrite(path, site.line, site.architectures, site.guard, _model_types(site.guard)))
     return found
 
 
@@ -152,18 +161,19 @@ def _is_mapper(call: ast.Call) -> bool:
     return (dotted(call.func) or "").rsplit(".", 1)[-1] == "WeightsMapper"
 
 
-def weight_loading(code: Codebase, classes: list[tuple[str, str]]) -> list[WeightLoading]:
-    """`load_weights` and `WeightsMapper` class attributes of the given (module, class) pairs."""
+def weight_loading(code: Codebase, classes: list[Ref]) -> list[WeightLoading]:
+    """`load_weights` and `WeightsMapper` class attributes of the given classes (`module:Class`,
+    as written where the walk met them)."""
     found: list[WeightLoading] = []
     seen: set[tuple[str, str]] = set()
-    for written, alias in classes:
+    for written, alias in ((ref.module, ref.path[0]) for ref in classes):
         resolved = code.resolve(written, alias)
         module, name = (
             (resolved.module, resolved.name or alias) if resolved.outcome is Outcome.DEFINED else (written, alias)
         )
         indexed = code.get(module)
         definition = indexed.record.definition(name) if indexed else None
-        if definition is None or definition.kind != "class" or (module, name) in seen:
+        if indexed is None or definition is None or definition.kind != "class" or (module, name) in seen:
             continue
         if "load_weights" not in definition.members and "WeightsMapper" not in definition.names_used:
             continue

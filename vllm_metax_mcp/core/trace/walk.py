@@ -7,21 +7,29 @@ import sys
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
-from ..code.module_index import ModuleIndex
+from ..code.module_index import IndexedModule, ModuleIndex
+from ..code.scanner import Branch
+from ..foundation.evidence import Evidence
 
 STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) | {"__future__"}
-BRANCH_STRENGTH = {"not_taken": 0, "conditional": 1, "lazy": 2, "taken": 3}
+BRANCH_STRENGTH: dict[Branch, int] = {"not_taken": 0, "conditional": 1, "lazy": 2, "taken": 3}
+
+STDLIB_SHOWN = 8
+
+RowSide = Literal["plugin", "upstream", "third_party", "binary", "stdlib", "missing"]
+BoundaryKind = Literal["component", "pending_upgrade", "owned"]
 
 
 @dataclass
 class Row:
     name: str
     file: str | None
-    side: str
+    side: RowSide
     reached_from: str | None
     guard: str | None = None
-    branch: str = "taken"
+    branch: Branch = "taken"
     boundary: str | None = None
     depth: int = 0
     upstream_counterpart: str | None = None
@@ -39,7 +47,40 @@ class Walk:
         return {r.name for r in self.rows}
 
 
-def classify(index: ModuleIndex, module: str, first_party: frozenset[str]) -> tuple[str, str | None]:
+@dataclass(frozen=True)
+class Boundary:
+    """Where the walk stopped: a component (stdlib, third-party, compiled, missing) or a plugin
+    module it does not follow (a pending upgrade, or owned by another workflow)."""
+
+    package: str
+    side: RowSide
+    reason: str
+    kind: BoundaryKind = "component"
+    file: str | None = None
+    evidence: list[Evidence] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where a walk begins: a registered module and (usually) its class."""
+
+    module: str
+    symbol: str | None
+
+
+@dataclass(frozen=True)
+class _Step:
+    """A module (or `module:symbol`) waiting to be visited, and how the walk got there."""
+
+    module: str
+    symbol: str | None
+    depth: int
+    reached_from: str | None
+    guard: str | None
+    branch: Branch
+
+
+def classify(index: ModuleIndex, module: str, first_party: frozenset[str]) -> tuple[RowSide, str | None]:
     """(side, boundary reason) of a module name."""
     indexed = index.get(module)
     if indexed is not None:
@@ -54,9 +95,87 @@ def classify(index: ModuleIndex, module: str, first_party: frozenset[str]) -> tu
     return "third_party", "third-party package: an installed component boundary"
 
 
+class _Walker:
+    """One breadth-first walk: rows by name, symbol rows and not-taken branches kept for the end."""
+
+    def __init__(
+        self, index: ModuleIndex, first_party: frozenset[str], max_depth: int, max_rows: int, stop: Mapping[str, str]
+    ) -> None:
+        self.index, self.first_party, self.stop = index, first_party, stop
+        self.max_depth, self.max_rows = max_depth, max_rows
+        self.walk = Walk()
+        self.rows: dict[str, Row] = {}
+        self.skipped: dict[str, Row] = {}
+        self.symbols: list[Row] = []
+        self.queue: deque[_Step] = deque()
+
+    def add(self, row: Row) -> bool:
+        """Record a row once; a later, stronger path (taken over conditional) upgrades its branch."""
+        existing = self.rows.get(row.name)
+        if existing is not None:
+            if BRANCH_STRENGTH[row.branch] > BRANCH_STRENGTH[existing.branch]:
+                existing.branch, existing.guard = row.branch, row.guard
+            return False
+        if len(self.rows) >= self.max_rows:
+            self.walk.truncated = True
+            return False
+        self.rows[row.name] = row
+        return True
+
+    def visit(self, step: _Step) -> None:
+        side, boundary = classify(self.index, step.module, self.first_party)
+        indexed = self.index.get(step.module)
+        path = indexed.path if indexed else None
+        if step.symbol:
+            name = f"{step.module}:{step.symbol}"
+            self.symbols.append(Row(name, path, side, step.reached_from, step.guard, step.branch, None, step.depth))
+        stopped = bool(step.depth) and step.module in self.stop
+        if stopped:
+            boundary = self.stop[step.module]
+        row = Row(step.module, path, side, step.reached_from, step.guard, step.branch, boundary, step.depth)
+        if self.add(row) and indexed is not None and step.depth < self.max_depth and not stopped:
+            self.follow(indexed, step.depth + 1)
+
+    def follow(self, indexed: IndexedModule, depth: int) -> None:
+        """Queue the imports of a module; a not-taken one is recorded, not followed."""
+        module = indexed.name
+        for record in indexed.record.imports:
+            target = indexed.absolute(record.module)
+            if record.branch == "not_taken":
+                side_of_target = classify(self.index, target, self.first_party)[0]
+                found = self.index.get(target)
+                path = found.path if found else None
+                skipped = Row(target, path, side_of_target, module, record.guard, "not_taken", None, depth)
+                self.skipped.setdefault(target, skipped)
+                continue
+            if not record.names:
+                self.queue.append(_Step(target, None, depth, module, record.guard, record.branch))
+                continue
+            for original, _alias in record.names:
+                if original == "*":
+                    self.queue.append(_Step(target, None, depth, module, record.guard, record.branch))
+                    continue
+                defining, name = self.index.resolve_symbol(target, original)
+                self.queue.append(_Step(defining, name or None, depth, module, record.guard, record.branch))
+
+    def finish(self) -> Walk:
+        """Symbol rows after the module rows, then the branches not taken that nothing else reached."""
+        for row in self.symbols:
+            module, _, symbol = row.name.partition(":")
+            indexed = self.index.get(module)
+            if indexed is not None and indexed.record.definition(symbol) is None:
+                row.boundary = "name not defined in the module (dynamic or star import)"
+            self.add(row)
+        for name, row in self.skipped.items():
+            if name not in self.rows:
+                self.add(row)
+        self.walk.rows = list(self.rows.values())
+        return self.walk
+
+
 def walk_dependencies(
     index: ModuleIndex,
-    starts: list[tuple[str, str | None]],
+    starts: list[Start],
     first_party: frozenset[str],
     max_depth: int,
     max_rows: int,
@@ -68,86 +187,11 @@ def walk_dependencies(
     followed; conditional ones are followed and keep their guard. Modules in `stop` (owned by
     another workflow) are recorded with that reason as their boundary and not followed.
     """
-    stop = stop or {}
-    walk = Walk()
-    rows: dict[str, Row] = {}
-    skipped: dict[str, Row] = {}
-    queue: deque[tuple[str, str | None, int, str | None, str | None, str]] = deque(
-        (module, symbol, 0, None, None, "taken") for module, symbol in starts
-    )
-    symbols: list[Row] = []
-
-    def add(row: Row) -> bool:
-        """Record a row once; a later, stronger path (taken over conditional) upgrades its branch."""
-        existing = rows.get(row.name)
-        if existing is not None:
-            if BRANCH_STRENGTH[row.branch] > BRANCH_STRENGTH[existing.branch]:
-                existing.branch, existing.guard = row.branch, row.guard
-            return False
-        if len(rows) >= max_rows:
-            walk.truncated = True
-            return False
-        rows[row.name] = row
-        return True
-
-    while queue:
-        module, symbol, depth, reached_from, guard, branch = queue.popleft()
-        side, boundary = classify(index, module, first_party)
-        indexed = index.get(module)
-        if symbol:
-            symbols.append(
-                Row(
-                    f"{module}:{symbol}",
-                    indexed.path if indexed else None,
-                    side,
-                    reached_from,
-                    guard,
-                    branch,
-                    None,
-                    depth,
-                )
-            )
-        if depth and module in stop:
-            boundary = stop[module]
-        fresh = add(Row(module, indexed.path if indexed else None, side, reached_from, guard, branch, boundary, depth))
-        if not fresh or indexed is None or depth >= max_depth or (depth and module in stop):
-            continue
-        for record in indexed.record.imports:
-            target = indexed.absolute(record.module)
-            if record.branch == "not_taken":
-                side_of_target = classify(index, target, first_party)[0]
-                skipped.setdefault(
-                    target,
-                    Row(
-                        target, _path(index, target), side_of_target, module, record.guard, "not_taken", None, depth + 1
-                    ),
-                )
-                continue
-            if not record.names:
-                queue.append((target, None, depth + 1, module, record.guard, record.branch))
-                continue
-            for original, _alias in record.names:
-                if original == "*":
-                    queue.append((target, None, depth + 1, module, record.guard, record.branch))
-                    continue
-                defining, name = index.resolve_symbol(target, original)
-                queue.append((defining, name or None, depth + 1, module, record.guard, record.branch))
-    for row in symbols:
-        module = row.name.split(":")[0]
-        indexed = index.get(module)
-        if indexed is not None and indexed.record.definition(row.name.split(":")[1]) is None:
-            row.boundary = "name not defined in the module (dynamic or star import)"
-        add(row)
-    for name, row in skipped.items():
-        if name not in rows:
-            add(row)
-    walk.rows = list(rows.values())
-    return walk
-
-
-def _path(index: ModuleIndex, module: str) -> str | None:
-    indexed = index.get(module)
-    return indexed.path if indexed else None
+    walker = _Walker(index, first_party, max_depth, max_rows, stop or {})
+    walker.queue.extend(_Step(start.module, start.symbol, 0, None, None, "taken") for start in starts)
+    while walker.queue:
+        walker.visit(walker.queue.popleft())
+    return walker.finish()
 
 
 def consumers(index: ModuleIndex, module: str, symbol: str | None, max_depth: int, max_rows: int) -> Walk:
@@ -155,7 +199,6 @@ def consumers(index: ModuleIndex, module: str, symbol: str | None, max_depth: in
     walk = Walk()
     targets = {(module, symbol)}
     seen: set[str] = set()
-    frontier = [(module, symbol)]
     for depth in range(1, max_depth + 1):
         next_frontier: list[tuple[str, str | None]] = []
         for name, indexed in index.modules.items():
@@ -181,7 +224,37 @@ def consumers(index: ModuleIndex, module: str, symbol: str | None, max_depth: in
                     next_frontier.append((name, None))
                     break
         targets = set(next_frontier)
-        frontier = next_frontier
-        if not frontier:
+        if not next_frontier:
             break
     return walk
+
+
+def inactive_files(index: ModuleIndex, plugin_module: str | None, reached: set[str]) -> list[str]:
+    """Plugin modules inside the registered model's own package that the walk never reached."""
+    if not plugin_module:
+        return []
+    indexed = index.get(plugin_module)
+    if indexed is None or not indexed.is_package:
+        return []
+    return sorted(
+        m.path for name, m in index.modules.items() if name.startswith(plugin_module + ".") and name not in reached
+    )
+
+
+def component_boundaries(walk: Walk) -> list[Boundary]:
+    """One boundary per third-party, compiled or missing package the walk met, and one for the
+    standard library as a whole."""
+    boundaries: dict[str, Boundary] = {}
+    stdlib: set[str] = set()
+    for row in walk.rows:
+        if row.boundary and row.side == "stdlib":
+            stdlib.add(row.name.split(".")[0])
+        elif row.boundary and row.side in ("third_party", "binary", "missing"):
+            package = row.name.split(":")[0] if row.side in ("binary", "missing") else row.name.split(".")[0]
+            boundaries.setdefault(package, Boundary(package, row.side, row.boundary))
+    if stdlib:
+        shown = ", ".join(sorted(stdlib)[:STDLIB_SHOWN]) + (", …" if len(stdlib) > STDLIB_SHOWN else "")
+        boundaries["stdlib"] = Boundary(
+            "stdlib", "stdlib", f"standard library, {len(stdlib)} modules ({shown}): stable, not traced"
+        )
+    return sorted(boundaries.values(), key=lambda b: (b.side, b.package))

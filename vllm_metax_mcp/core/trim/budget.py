@@ -12,12 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..checkpoint.cross_check import CheckpointReport
-from ..checkpoint.layout import (
-    EXPERT_COUNT_KEYS,
-    Layout,
-    is_mtp_prefix,
-    split_layer_name,
-)
+from ..checkpoint.kinds import EXPERT_COUNT_KEYS
+from ..checkpoint.layer_ids import is_mtp_prefix, split_layer_name
+from ..checkpoint.layout import Layout
 from ..checkpoint.safetensors_headers import CheckpointFiles
 from .selection import pp_partitions
 

@@ -11,23 +11,17 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from ..checkpoint.construct import render
-from ..checkpoint.layout import (
-    DEPTH_KEYS,
-    MEANING_KINDS,
-    RULE_FORMS,
-    Layout,
-    analyse,
-    compact_ids,
-    logical_layer,
-    parse_id_list,
-    rebuild_kinds,
-    split_layer_name,
-)
+from ..checkpoint.id_lists import MEANING_KINDS, parse_id_list
+from ..checkpoint.kinds import RULE_FORMS
+from ..checkpoint.layer_ids import compact_ids, logical_layer, split_layer_name
+from ..checkpoint.layout import Layout, analyse, rebuild_kinds
+from ..checkpoint.raw_config import DEPTH_KEYS
 from ..foundation.errors import bad_input
 
 LAYER_WORDS = ("layer", "block", "index", "indices", "idx")
@@ -53,6 +47,15 @@ class Change:
     change: str
     old: str | None
     new: str | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A field the plan sets verbatim (dotted path into the config), and why."""
+
+    field: str
+    value: Any
     reason: str
 
 
@@ -96,8 +99,9 @@ def _arrays(part: _Part, layout: Layout, selection: Selection) -> None:
     for array in layout.arrays:
         if array.covers == "mismatch":
             raise bad_input(
-                f"{part.prefix}{array.name} has {array.length} entries for {backbone} + {layout.mtp_layers or 0} layers: "
-                "which entry belongs to which layer is unknown, so it cannot be trimmed; fix the config or its consumer first."
+                f"{part.prefix}{array.name} has {array.length} entries for {backbone} + {layout.mtp_layers or 0} "
+                "layers: which entry belongs to which layer is unknown, so it cannot be trimmed; fix the config or its "
+                "consumer first."
             )
         sliced = _slice(array.values, array.covers, backbone, selection)
         value = "".join(sliced) if isinstance(part.get(array.name), str) else sliced
@@ -112,8 +116,9 @@ def _id_lists(part: _Part, layout: Layout, selection: Selection) -> None:
             continue
         if item.base is None:
             raise bad_input(
-                f"{part.prefix}{item.name} lists layers {item.ids} but its base (0 or 1) is undetermined ({item.evidence}); "
-                "give the checkpoint's safetensors index, or an environment record whose code reads the list, "
+                f"{part.prefix}{item.name} lists layers {item.ids} but its base (0 or 1) is undetermined "
+                f"({item.evidence}); give the checkpoint's safetensors index, or an environment record whose code "
+                "reads the list, "
                 "so it can be renumbered."
             )
         renumbered = [mapping[i - item.base] + item.base for i in item.ids if i - item.base in mapping]
@@ -221,22 +226,23 @@ def _prove(part: _Part, layout: Layout, selection: Selection, periodic: list[str
 
     for name in periodic:
         prefixes = categories[name]
-        if _refit(part, name, len(selection.kept), lambda p=prefixes: check(p)):
+        if _refit(part, name, len(selection.kept), partial(check, prefixes)):
             continue
         if prefixes == ("dense", "moe") and _explicit_dense_list(part, layout, selection) and not check(prefixes):
             continue
         raise bad_input(
-            f"{part.prefix}{name}={part.data[name]} cannot mark the kept layers {compact_ids(list(selection.kept))} the way it "
-            f"marked them before (no value from 1 to {len(selection.kept) + 1} does, and the config has no explicit "
+            f"{part.prefix}{name}={part.data[name]} cannot mark the kept layers {compact_ids(list(selection.kept))} "
+            f"the way it marked them before (no value from 1 to {len(selection.kept) + 1} does, and the config has no "
+            "explicit "
             "list for it); "
             "choose layers whose pattern one value expresses (pass layers)."
         )
     wrong = check(tuple(p for prefixes in categories.values() for p in prefixes))
     if wrong:
         raise bad_input(
-            f"after the rewrite, new layers {compact_ids(wrong)} of {part.prefix or 'the decoder'} no longer have their original "
-            "kinds; a field the trim does not know decides them. Inspect the config with inspect_config and pass "
-            "layers explicitly."
+            f"after the rewrite, new layers {compact_ids(wrong)} of {part.prefix or 'the decoder'} no longer have "
+            "their original kinds; a field the trim does not know decides them. Inspect the config with inspect_config "
+            "and pass layers explicitly."
         )
 
 
@@ -252,8 +258,9 @@ def _unhandled_layer_fields(part: _Part, layout: Layout) -> None:
         per_layer = isinstance(value, list) and len(value) in (backbone, backbone + extra) and backbone >= 2
         if (ids and all(0 <= i <= backbone + extra for i in ids)) or per_layer:
             raise bad_input(
-                f"{part.prefix}{name} = {render(value)} looks like layer ids or one entry per layer, and the trim does not know "
-                "how its consumer reads it; check its consumer (inspect_config consumers_of) before trimming this model."
+                f"{part.prefix}{name} = {render(value)} looks like layer ids or one entry per layer, and the trim does "
+                "not know how its consumer reads it; check its consumer (inspect_config consumers_of) before trimming "
+                "this model."
             )
 
 
@@ -354,9 +361,9 @@ def rewrite_part(
 
 
 def rewrite_config(
-    raw: dict[str, Any], layout: Layout, depth_key: str, selection: Selection, settings: list[tuple[str, Any, str]] = ()
+    raw: dict[str, Any], layout: Layout, depth_key: str, selection: Selection, settings: Sequence[Setting] = ()
 ) -> tuple[dict[str, Any], list[Change]]:
-    """A trimmed copy of the raw config and every change; `settings` are (dotted field, value, reason) set verbatim."""
+    """A trimmed copy of the raw config and every change; `settings` are set verbatim."""
     config = copy.deepcopy(raw)
     part_data = config[layout.primary] if layout.primary else config
     prefix = f"{layout.primary}." if layout.primary else ""
@@ -365,8 +372,8 @@ def rewrite_config(
     if ignore is not None:
         changes.append(ignore)
     setter = _Part(config, "", changes)
-    for dotted, value, reason in settings:
-        setter.set(dotted, value, "set", reason)
+    for setting in settings:
+        setter.set(setting.field, setting.value, "set", setting.reason)
     return config, changes
 
 

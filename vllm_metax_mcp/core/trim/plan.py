@@ -1,8 +1,9 @@
 """A depth-trim plan: the kept layers, what they cover and how to reach it, the rewritten config, budgets.
 
-Shared by `plan_trim` (reads) and `trim_model` (writes). The layout comes from hfconfig (with the
-checkpoint's tensor evidence when present); selection from trimplan; the rewrite from
-config_rewrite; memory from trimbudget. Nothing here writes files.
+Shared by `plan_trim` (reads) and `trim_model` (writes). The layout comes from checkpoint/ (with the
+checkpoint's tensor evidence when present); selection from selection; the coverage table from coverage;
+the rewrite from config_rewrite; memory from budget; TP/PP notes from parallel_notes. Nothing here
+writes files.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from ..checkpoint.cross_check import CheckpointReport
-from ..checkpoint.layout import Layout, analyse, compact_ids
+from ..checkpoint.evidence import CheckpointEvidence
+from ..checkpoint.layer_ids import compact_ids
+from ..checkpoint.layout import Layout, analyse
 from ..checkpoint.safetensors_headers import CheckpointFiles
 from ..foundation.errors import ToolFailure, bad_input
 from ..foundation.policy import Policy
@@ -39,31 +42,20 @@ from .budget import (
     recommendations,
 )
 from .cases import SmokeCases
-from .config_rewrite import Change, Selection, dump_config, rewrite_config, rewrite_part
+from .config_rewrite import Change, Selection, Setting, dump_config, rewrite_config, rewrite_part
+from .coverage import CoverageEntry, coverage_rows, mtp_row
+from .parallel_notes import stage_notes, tp_notes
 from .selection import (
     Paths,
     candidate_selections,
     covered_by,
     layer_paths,
-    mtp_indices,
     pad_for_stages,
     resolve_names,
-    stage_layers,
     thresholds,
 )
 
 VISION_WORDS = ("vision", "visual", "image")
-TP_KEYS = (
-    "num_attention_heads",
-    "num_key_value_heads",
-    "intermediate_size",
-    "moe_intermediate_size",
-    "shared_expert_intermediate_size",
-    "linear_num_key_heads",
-    "linear_num_value_heads",
-    "index_n_heads",
-)
-BLOCK_KEYS = ("intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size")
 
 
 @dataclass(frozen=True)
@@ -90,16 +82,9 @@ class Source:
     policy: Policy
     """Every file of the source the plan reads or sizes passes it (a link out of the roots refuses)."""
 
-
-@dataclass(frozen=True)
-class CoverageEntry:
-    target: str
-    aliases: list[str]
-    kept: list[int]
-    available: list[int]
-    reason: str
-    request: str
-    optional: bool = False
+    @classmethod
+    def of(cls, evidence: CheckpointEvidence, policy: Policy) -> Source:
+        return cls(evidence.location.path, evidence.raw, evidence.layout, evidence.report, evidence.files, policy)
 
 
 @dataclass(frozen=True)
@@ -175,7 +160,7 @@ class _Work:
     def prefix(self) -> str:
         return f"{self.layout.primary}." if self.layout.primary else ""
 
-    def rewrite(self, settings: list[tuple[str, Any, str]] | None = None) -> None:
+    def rewrite(self, settings: list[Setting] | None = None) -> None:
         """The trimmed config and its changes for the current selection (raises when it cannot be proven)."""
         self.config, self.changes = rewrite_config(
             self.source.raw, self.layout, self.depth_key, self.selection, settings or []
@@ -188,7 +173,8 @@ def _start(source: Source, request: TrimRequest) -> _Work:
     depth_key = next((s.depth_key for s in layout.submodels if s.name == layout.primary), None)
     if not layout.backbone_layers or depth_key is None:
         raise bad_input(
-            "config.json declares no layer count for its decoder (num_hidden_layers or alike): there is no depth to trim."
+            "config.json declares no layer count for its decoder (num_hidden_layers or alike): there is no depth to "
+            "trim."
         )
     paths = layer_paths(layout, source.report, source.files)
     wanted = resolve_names(paths, request.targets, "targets") if request.targets else {t.name for t in paths.targets}
@@ -280,7 +266,8 @@ def _select(work: _Work) -> None:
 
 
 def _submodels(source: Source, config: dict[str, Any], changes: list[Change]) -> list[SubmodelPlan]:
-    """Each non-decoder submodel trimmed by its own depth to the layers covering its own paths; kept whole when it cannot be."""
+    """Each non-decoder submodel trimmed by its own depth to the layers covering its own paths; kept whole when
+    it cannot be."""
     plans = []
     for sub in source.layout.submodels:
         data = source.raw.get(sub.name) if sub.name else None
@@ -311,46 +298,6 @@ def _submodels(source: Source, config: dict[str, Any], changes: list[Change]) ->
             SubmodelPlan(sub.name, sub.depth_key, sub.layers, kept, f"trimmed by its own depth ({sub.depth_key})")
         )
     return plans
-
-
-def _tp_notes(
-    part: dict[str, Any], raw: dict[str, Any], parallel: Parallel, experts: tuple[str, int, list[int]] | None
-) -> list[str]:
-    notes = [
-        "Depth does not change TP limits: every kept layer keeps its widths, so the trim supports exactly the TP sizes the "
-        "original does; the layer count need not divide by TP or PP."
-    ]
-    tp = parallel.tp
-    quant = part.get("quantization_config") or raw.get("quantization_config") or {}
-    block = quant.get("weight_block_size") if isinstance(quant, dict) else None
-    dividing = []
-    for key in TP_KEYS:
-        value = part.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            continue
-        if key == "num_key_value_heads" and value < tp:
-            notes.append(
-                f"num_key_value_heads {value} < tp {tp}: each KV head is replicated on {tp // value} ranks (vLLM allows it)."
-            )
-        elif value % tp:
-            notes.append(
-                f"{key} {value} does not divide by tp {tp}: vLLM refuses this TP size for the original and the trim alike."
-            )
-        else:
-            dividing.append(f"{key} {value}")
-        if key in BLOCK_KEYS and isinstance(block, list) and block and value % tp == 0 and (value // tp) % block[0]:
-            notes.append(
-                f"{key} {value} / tp {tp} = {value // tp} per rank is not a multiple of the FP8 block {block[0]}: "
-                "block-FP8 linear layers refuse it."
-            )
-    if dividing and tp > 1:
-        notes.append(f"divide by tp {tp}: {', '.join(dividing)}.")
-    if experts and parallel.ep > 1:
-        key, count, _ = experts
-        notes.append(
-            f"{key} {count} {'divides' if count % parallel.ep == 0 else 'does not divide'} by ep {parallel.ep}."
-        )
-    return notes
 
 
 def _budget(work: _Work, context: int, experts: tuple[str, int, list[int]] | None) -> Budget:
@@ -385,7 +332,7 @@ def _budget(work: _Work, context: int, experts: tuple[str, int, list[int]] | Non
         elif request.allow_narrowing:
             work.rewrite(
                 [
-                    (
+                    Setting(
                         f"{work.prefix}{key}",
                         smaller,
                         f"narrowed (allow_narrowing) from {count} routed experts to fit the device",
@@ -402,34 +349,6 @@ def _budget(work: _Work, context: int, experts: tuple[str, int, list[int]] | Non
     if planned.fits is False:
         planned.recommendations += _drop_savings(work)
     return planned
-
-
-def _coverage(paths: Paths, kept: list[int], limits: dict[str, tuple[int, str]], long_ok: bool) -> list[CoverageEntry]:
-    rows = []
-    for target in paths.targets:
-        everywhere = len(target.layers) == paths.backbone
-        reason = (
-            f"{target.source}; {'every layer' if everywhere else f'{len(target.layers)} of {paths.backbone} layers'}"
-        )
-        requests = [] if target.name in limits else ["text case: any prompt"]
-        for name in (n for n in target.names if n in limits):
-            why = limits[name][1]
-            requests.append(
-                f"long-context case: {name} needs a prompt past {why}"
-                if long_ok
-                else f"{name} needs a prompt past {why}: max_model_len is too short"
-            )
-        rows.append(
-            CoverageEntry(
-                target.name,
-                target.names[1:5],
-                [i for i in kept if i in target.layers],
-                target.layers,
-                reason,
-                "; ".join(requests),
-            )
-        )
-    return rows
 
 
 def _drop_savings(work: _Work) -> list[str]:
@@ -486,20 +405,20 @@ def make_plan(source: Source, request: TrimRequest) -> Plan:
         selection=work.selection,
         backbone=work.paths.backbone,
         layer_map=work.selection.layer_map(work.paths.backbone),
-        coverage=_coverage(work.paths, work.kept, limits, long_ok)
+        coverage=coverage_rows(work.paths, work.kept, limits, long_ok)
         + _optional_rows(source, work.kept_mtp, submodels, image),
         uncovered=_uncovered(work, limits, long_ok),
         config=work.config,
         changes=work.changes,
         budget=planned,
-        parallel_notes=_tp_notes(work.part, source.raw, request.parallel, experts),
+        parallel_notes=tp_notes(work.part, source.raw, request.parallel, experts),
         submodels=submodels,
         cases=build_cases(needs, context),
         assets=assets,
         dummy_disk_bytes=config_bytes
         + sum(source.policy.readable(source.directory / n).stat().st_size for n in assets.copy),
         image=image is not None,
-        notes=_notes(work.kept, request.parallel, source.layout),
+        notes=stage_notes(work.kept, request.parallel, source.layout),
     )
 
 
@@ -521,8 +440,8 @@ def _uncovered(work: _Work, limits: dict[str, tuple[int, str]], long_ok: bool) -
         )
     if not layout.mtp_layers and report is not None and report.mtp_layers_found:
         lost.append(
-            f"MTP tensors ({report.mtp_naming}) exist but config.json declares no MTP count: the consumer code decides how many "
-            "are built; the trim leaves that unchanged and its smoke cases do not reach them."
+            f"MTP tensors ({report.mtp_naming}) exist but config.json declares no MTP count: the consumer code "
+            "decides how many are built; the trim leaves that unchanged and its smoke cases do not reach them."
         )
     if not long_ok:
         lost += [
@@ -540,40 +459,9 @@ def _uncovered(work: _Work, limits: dict[str, tuple[int, str]], long_ok: bool) -
 def _optional_rows(
     source: Source, kept_mtp: tuple[int, ...], submodels: list[SubmodelPlan], image: str | None
 ) -> list[CoverageEntry]:
-    layout = source.layout
-    backbone = layout.backbone_layers or 0
-    rows = []
-    found = mtp_indices(layout, source.report)
-    if found:
-        naming = source.report.mtp_naming if source.report else None
-        declared = (
-            f"{layout.mtp_key}={layout.mtp_layers}"
-            if layout.mtp_layers
-            else "no MTP count key: the consumer code decides how many are built"
-        )
-        rows.append(
-            CoverageEntry(
-                "mtp",
-                [],
-                [backbone + i for i in kept_mtp],
-                [backbone + i for i in found],
-                f"MTP/draft layers ({declared}{'; tensors ' + naming if naming else ''}); optional coverage",
-                "serve.speculative_config {method: mtp, num_speculative_tokens: 1} (case mtp-draft)",
-                optional=True,
-            )
-        )
+    mtp = mtp_row(source.layout, source.report, kept_mtp)
+    rows = [mtp] if mtp else []
     for sub in submodels:
         request = "image case (an image input)" if sub.name == image else "no request in the smoke cases reaches it"
         rows.append(CoverageEntry(sub.name, [], sub.kept, list(range(sub.layers)), sub.note, request, optional=True))
     return rows
-
-
-def _notes(kept: list[int], parallel: Parallel, layout: Layout) -> list[str]:
-    notes = []
-    if parallel.pp > 1:
-        for stage, layers in enumerate(stage_layers(kept, parallel.pp)):
-            kinds = sorted({k for i in layers for k in layout.kinds.get(i, [])})
-            notes.append(f"pp stage {stage}: original layers {compact_ids(layers)} ({', '.join(kinds)}).")
-    if parallel.ep > 1:
-        notes.append("vLLM's expert-parallel size is TP x DP: serve with --enable-expert-parallel (run_smoke_test ep).")
-    return notes

@@ -1,7 +1,7 @@
-"""The real-weight trim: checks that refuse in the call, then the job that copies the retained tensors
-as raw bytes, verifies them and proves the shipped script.
+"""The real-weight trim job: its payload (built in the call from what real_checks checked), and the job
+that copies the retained tensors as raw bytes, verifies them and proves the shipped script.
 
-The job runs in a worker on the plan the tool checked (`spec`, plain JSON). Everything is written in a
+The job runs in a worker on the `RealTrimJob` the tool started it with. Everything is written in a
 staging directory beside the target and renamed into place only after every tensor was compared
 byte for byte with its source, the output's structure was checked against the reduced config,
 and the shipped `extract.py` recreated the same files on its own. A failure or a cancellation
@@ -29,10 +29,11 @@ from ..checkpoint.cross_check import cross_check
 from ..checkpoint.layout import analyse
 from ..checkpoint.safetensors_headers import CheckpointFiles, Tensor
 from ..foundation.atomic import scratch_prefix, staged_directory
-from ..foundation.errors import ErrorCode, ToolFailure, bad_input
+from ..foundation.errors import ErrorCode, ToolFailure
 from ..foundation.jobs import JOB_MARKER_ENV, stop_requested
 from ..foundation.policy import Policy, copy_resolved
 from ..foundation.state import OutputRegistry, StateStore
+from ..foundation.worker import Progress
 from ..sources.git import tracked_below
 from ..target import script_source
 from ..target.extract import (
@@ -46,24 +47,100 @@ from ..target.extract import (
     parse_header,
     write_shard,
 )
-from .assets import IMAGE_NAME, tiny_png
-from .plan import Plan, Source, keep_submodel_whole
-from .weight_map import submodel_prefix
+from .assets import IMAGE_NAME, MANIFEST_NAME, tiny_png
+from .cases import FILE_NAME
+from .output import TrimTarget
+from .plan import Plan, Source
+from .real_checks import CheckedTrim
+from .weight_map import Move
 
 SCRIPT_NAME = "extract.py"
-OTHER_WEIGHT_FORMATS = (".bin", ".pt", ".pth", ".gguf", ".ckpt", ".msgpack", ".h5")
 PLAN_LINE = "PLAN_JSON = None  # trim_model embeds the plan here (a JSON string) in the extract.py it writes\n"
 PROGRESS_EVERY_S = 0.5
 REPRODUCE_TIMEOUT_S = 24 * 3600
 
-Item = tuple[str, str, str, str, list[int], int]
-"""(target name, source shard, source name, dtype, shape, nbytes): one tensor of an output shard."""
+
+@dataclass(frozen=True)
+class RealTrimJob:
+    """The copy job's payload: everything the call checked and decided, stored as JSON and rebuilt by the
+    worker. The documents (policy, manifest, validate_with, output) are the JSON they are written as."""
+
+    source_dir: str
+    source_paths: dict[str, str]
+    """Source shard -> its resolved path (checked in the call)."""
+    target: str
+    shown: str
+    overwrite: bool
+    policy: dict[str, Any]
+    """The call's policy (Policy.to_spec): the worker applies the overwrite rule again right before its swap."""
+    config: str
+    assets: dict[str, str]
+    asset_sha256: dict[str, str]
+    shards: dict[str, list[Move]]
+    """Output shard -> its tensors in data order."""
+    source_error_codes: list[str]
+    """Error findings the source already has: the output may keep them, not add others."""
+    extra_files: dict[str, str]
+    image: bool
+    manifest: dict[str, Any]
+    """The manifest so far (without files, weights, verification): see output.manifest_document."""
+    manifest_weights: dict[str, Any]
+    validate_with: dict[str, Any]
+    output: dict[str, Any]
+    """trim_model's output fields, which the job's result completes."""
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(move.nbytes for moves in self.shards.values() for move in moves)
+
+
+def real_trim_job(
+    checked: CheckedTrim,
+    source: Source,
+    plan: Plan,
+    target: TrimTarget,
+    policy: Policy,
+    manifest: dict[str, Any],
+    validate_with: dict[str, Any],
+    output: dict[str, Any],
+) -> RealTrimJob:
+    """The payload of the copy job for a checked trim; `manifest`, `validate_with` and `output` are the call's
+    JSON documents."""
+    weights = checked.weights
+    return RealTrimJob(
+        source_dir=str(source.directory),
+        source_paths=checked.source_paths,
+        target=str(target.path),
+        shown=target.shown,
+        overwrite=target.replace,
+        policy=policy.to_spec(),
+        config=checked.config_text,
+        assets=checked.assets,
+        asset_sha256={name: file_sha256(Path(path)) for name, path in checked.assets.items()},
+        shards=checked.shards,
+        source_error_codes=sorted(
+            {f.code for f in (source.report.findings if source.report else []) if f.severity == "error"}
+        ),
+        extra_files={FILE_NAME: checked.smoke_text},
+        image=plan.image,
+        manifest=manifest,
+        manifest_weights={
+            "tensors": len(weights.moves),
+            "bytes": weights.nbytes,
+            "renamed": {m.source: m.target for m in weights.renamed},
+            "dropped": len(weights.dropped),
+            "rules": weights.rules,
+            "source_shards": {shard: Path(path).stat().st_size for shard, path in checked.source_paths.items()},
+        },
+        validate_with=validate_with,
+        output=output,
+    )
 
 
 class _Reporter:
     """Progress in bytes per phase, written at most every PROGRESS_EVERY_S (and at each phase start)."""
 
-    def __init__(self, progress: Any, total: int) -> None:
+    def __init__(self, progress: Progress, total: int) -> None:
         self.progress = progress
         self.total = total
         self.phase = ""
@@ -89,100 +166,24 @@ def _failure(message: str) -> ToolFailure:
     return ToolFailure(ErrorCode.FAILED, message)
 
 
-# -- checks in the call, before the job: nothing is written when one refuses ----------------------
-
-
-def readable_source(source: Source) -> CheckpointFiles:
-    """The source checkpoint is complete and every header parses; refuses with every problem found."""
-    files = source.files
-    if files is None:
-        others = sorted(p.name for p in source.directory.iterdir() if p.suffix in OTHER_WEIGHT_FORMATS)
-        found = f" (found {', '.join(others[:3])})" if others else ""
-        raise bad_input(
-            f"the source holds no safetensors checkpoint{found}: real-weight trims copy safetensors tensors byte for "
-            "byte. Convert the checkpoint to safetensors first, or use output_mode=dummy."
-        )
-    if files.ranks:
-        raise bad_input(
-            f"the source is pre-partitioned per rank (shard names carry ranks {files.ranks[:8]}): its files are rank "
-            "partitions, not storage shards. Trimming it needs re-sharding for the new TP (merging the rank slices), "
-            "which this tool does not do; trim a non-partitioned checkpoint."
-        )
-    problems = [message for severity, _, message in files.problems if severity == "error"]
-    if files.missing_shards:
-        problems.insert(0, f"shard(s) named by the index are missing: {', '.join(files.missing_shards[:5])}.")
-    if problems:
-        raise bad_input(
-            "the source checkpoint is not readable as a whole, so nothing is written: "
-            + " ".join(problems[:5])
-            + " Repair or re-download the source, then trim again."
-        )
-    return files
-
-
-def submodel_maps(plan: Plan, source: Source, files: CheckpointFiles, prefix: str) -> dict[str, dict[int, int]]:
-    """For each submodel trimmed by its own depth, the tensor prefix that holds its layers; a submodel whose
-    layers no unique prefix holds is kept whole (its config restored), since its tensors cannot be told apart."""
-    maps: dict[str, dict[int, int]] = {}
-    for sub in list(plan.submodels):
-        if sub.kept == list(range(sub.layers)):
-            continue
-        found = submodel_prefix(files, prefix, sub.layers)
-        if found is None:
-            keep_submodel_whole(
-                plan,
-                source.raw,
-                sub.name,
-                f"no single tensor prefix holds exactly its {sub.layers} layers, so its tensors cannot be renamed",
-            )
-            continue
-        maps[found] = {old: new for new, old in enumerate(sub.kept)}
-    return maps
-
-
-def refuse_narrowing(plan: Plan) -> None:
-    narrowed = [c.field for c in plan.changes if c.reason.startswith("narrowed")]
-    if narrowed:
-        raise bad_input(
-            f"allow_narrowing changed {', '.join(narrowed)}: the retained tensors would no longer match the config. A "
-            "real-weight trim copies tensors unchanged; trim by depth only (drop allow_narrowing), or use output_mode=dummy."
-        )
-
-
-def check_disk(target: Path, need: int, quota: int | None) -> None:
-    existing = target
-    while not existing.exists():
-        existing = existing.parent
-    free = shutil.disk_usage(existing).free
-    limit = min(free, quota) if quota is not None else free
-    if need > limit:
-        where = f"max_disk_bytes {quota}" if limit != free else f"{free} bytes free at the output"
-        raise bad_input(
-            f"the trim needs {need} bytes (the checkpoint and, while extract.py is proven, its reproduction) but "
-            f"{where} allows {limit}; nothing was written. Free space, choose another output root, or keep fewer "
-            "layers (plan_trim budgets.disk_bytes_real gives the checkpoint alone).",
-        )
-
-
 # -- writing ---------------------------------------------------------------------------------------
 
 
-def _write_weights(staging: Path, spec: dict[str, Any], reporter: _Reporter) -> None:
-    shards: dict[str, list[Item]] = spec["shards"]
+def _write_weights(staging: Path, job: RealTrimJob, reporter: _Reporter) -> None:
     reporter.start("copying tensor bytes")
-    sources = open_sources(spec["source_dir"], sorted(spec["source_paths"]), spec["source_paths"])
+    sources = open_sources(job.source_dir, sorted(job.source_paths), job.source_paths)
     try:
-        for shard, items in shards.items():
-            write_shard(str(staging / shard), items, sources, reporter.add)
+        for shard, moves in job.shards.items():
+            write_shard(str(staging / shard), [m.row() for m in moves], sources, reporter.add)
     finally:
         close_sources(sources)
-    sized = {shard: [(item[0], item[5]) for item in items] for shard, items in shards.items()}
+    sized = {shard: [(m.target, m.nbytes) for m in moves] for shard, moves in job.shards.items()}
     (staging / INDEX_NAME).write_bytes(index_bytes(sized))
 
 
-def _copy_assets(staging: Path, spec: dict[str, Any]) -> None:
-    (staging / "config.json").write_text(spec["config"], encoding="utf-8")
-    for name, path in spec["assets"].items():
+def _copy_assets(staging: Path, job: RealTrimJob) -> None:
+    (staging / "config.json").write_text(job.config, encoding="utf-8")
+    for name, path in job.assets.items():
         copy_resolved(path, staging / name)  # checked and resolved in the call; a link swapped in since is refused
 
 
@@ -211,7 +212,7 @@ def _same_bytes(out_fd: int, out_offset: int, source_fd: int, source_offset: int
 
 
 def _verify_shard(
-    path: Path, items: list[Item], sources: dict[str, Any], reporter: _Reporter
+    path: Path, moves: list[Move], sources: dict[str, Any], reporter: _Reporter
 ) -> tuple[str, dict[str, Tensor]]:
     """Reopen one output shard: its header must list exactly the planned tensors, and every tensor's bytes
     must equal its source's; returns the whole file's sha256 (computed on the same read)."""
@@ -219,7 +220,7 @@ def _verify_shard(
         header = parse_header(str(path))
     except HeaderError as exc:
         raise _failure(f"the written shard {path.name} does not parse back: {exc}.") from None
-    planned = {item[0]: item for item in items}
+    planned = {move.target: move for move in moves}
     if set(header.entries) != set(planned):
         raise _failure(f"the written shard {path.name} lists other tensors than planned.")
     digest = hashlib.sha256()
@@ -227,15 +228,17 @@ def _verify_shard(
     try:
         digest.update(os.pread(fd, header.data_start, 0))
         for name, entry in sorted(header.entries.items(), key=lambda kv: kv[1].begin):
-            target, shard, source_name, dtype, shape, nbytes = planned[name]
-            if entry.dtype != dtype or list(entry.shape) != list(shape) or entry.end - entry.begin != nbytes:
+            move = planned[name]
+            nbytes = move.nbytes
+            if entry.dtype != move.dtype or entry.shape != move.shape or entry.end - entry.begin != nbytes:
                 raise _failure(
-                    f"{target} was written as {entry.dtype} {list(entry.shape)}, its source is {dtype} {shape}."
+                    f"{move.target} was written as {entry.dtype} {list(entry.shape)}, its source is {move.dtype} "
+                    f"{list(move.shape)}."
                 )
-            source_fd, source_header = sources[shard]
-            source_entry = source_header.entries.get(source_name)
+            source_fd, source_header = sources[move.shard]
+            source_entry = source_header.entries.get(move.source)
             if source_entry is None:
-                raise HeaderError(f"{source_name} is no longer in {shard}")
+                raise HeaderError(f"{move.source} is no longer in {move.shard}")
             if not _same_bytes(
                 fd,
                 header.data_start + entry.begin,
@@ -244,7 +247,7 @@ def _verify_shard(
                 nbytes,
                 digest,
             ):
-                raise _failure(f"the bytes of {target} differ from {source_name} in {shard}.")
+                raise _failure(f"the bytes of {move.target} differ from {move.source} in {move.shard}.")
             reporter.add(nbytes)
     finally:
         os.close(fd)
@@ -252,10 +255,10 @@ def _verify_shard(
     return digest.hexdigest(), tensors
 
 
-def _verify(staging: Path, spec: dict[str, Any], reporter: _Reporter) -> _Verified:
-    shards: dict[str, list[Item]] = spec["shards"]
+def _verify(staging: Path, job: RealTrimJob, reporter: _Reporter) -> _Verified:
+    shards = job.shards
     reporter.start("verifying every tensor against its source")
-    sources = open_sources(spec["source_dir"], sorted(spec["source_paths"]), spec["source_paths"])
+    sources = open_sources(job.source_dir, sorted(job.source_paths), job.source_paths)
     pool = ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1, len(shards)))
     try:
         futures = {s: pool.submit(_verify_shard, staging / s, shards[s], sources, reporter) for s in shards}
@@ -270,33 +273,30 @@ def _verify(staging: Path, spec: dict[str, Any], reporter: _Reporter) -> _Verifi
     sha = {shard: digest for shard, (digest, _) in results.items()}
     sha[INDEX_NAME] = file_sha256(staging / INDEX_NAME)
     sha["config.json"] = file_sha256(staging / "config.json")
-    sha |= {name: spec["asset_sha256"][name] for name in spec["assets"]}
-    for name in spec["assets"]:
-        if file_sha256(staging / name) != spec["asset_sha256"][name]:
+    sha |= {name: job.asset_sha256[name] for name in job.assets}
+    for name in job.assets:
+        if file_sha256(staging / name) != job.asset_sha256[name]:
             raise _failure(f"the copied asset {name} differs from the source's.")
-    tensors = sum(len(items) for items in shards.values())
-    nbytes = sum(item[5] for items in shards.values() for item in items)
-    return _Verified(tensors, nbytes, sha, {shard: tensors for shard, (_, tensors) in results.items()})
+    tensors = sum(len(moves) for moves in shards.values())
+    return _Verified(tensors, job.total_bytes, sha, {shard: tensors for shard, (_, tensors) in results.items()})
 
 
-def _check_structure(spec: dict[str, Any], verified: _Verified) -> list[str]:
+def _check_structure(job: RealTrimJob, verified: _Verified) -> list[str]:
     """The output read back with the reduced config: layer ids, MTP naming, kinds and ignore lists agree
     as well as they did in the source; returns the notes of what still disagrees (as in the source)."""
-    config = json.loads(spec["config"])
+    config = json.loads(job.config)
     layout = analyse(config)
     tensors = {name: t for shard in verified.headers.values() for name, t in shard.items()}
     files = CheckpointFiles(INDEX_NAME, list(verified.headers), len(verified.headers), [], tensors)
     report = cross_check(layout, files)
-    allowed = set(spec["source_error_codes"])
-    new = [
-        (code, message) for severity, code, message in report.findings if severity == "error" and code not in allowed
-    ]
+    errors = [f for f in report.findings if f.severity == "error"]
+    new = [f for f in errors if f.code not in job.source_error_codes]
     if new:
         raise _failure(
             "the trimmed checkpoint does not match its reduced config: "
-            + "; ".join(f"{code}: {message}" for code, message in new[:5])
+            + "; ".join(f"{f.code}: {f.message}" for f in new[:5])
         )
-    return [message for severity, _, message in report.findings if severity == "error"]
+    return [f.message for f in errors]
 
 
 # -- the shipped script ----------------------------------------------------------------------------
@@ -323,7 +323,7 @@ def _same_file(a: Path, b: Path) -> bool:
                 return True
 
 
-def _reproduce(staging: Path, target: Path, spec: dict[str, Any], expected: list[str]) -> None:
+def _reproduce(staging: Path, target: Path, job: RealTrimJob, expected: list[str]) -> None:
     """Run the written extract.py alone (isolated, no site-packages) into a scratch directory and compare."""
     prefix = scratch_prefix(target, os.environ.get(JOB_MARKER_ENV, ""))
     scratch = Path(tempfile.mkdtemp(prefix=prefix, suffix=".reproduce", dir=target.parent))
@@ -331,7 +331,7 @@ def _reproduce(staging: Path, target: Path, spec: dict[str, Any], expected: list
         out = scratch / "out"
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
         proc = subprocess.run(
-            [sys.executable, "-I", "-S", str(staging / SCRIPT_NAME), spec["source_dir"], str(out)],
+            [sys.executable, "-I", "-S", str(staging / SCRIPT_NAME), job.source_dir, str(out)],
             capture_output=True,
             text=True,
             env=env,
@@ -339,7 +339,7 @@ def _reproduce(staging: Path, target: Path, spec: dict[str, Any], expected: list
         )
         if proc.returncode != 0:
             detail = (proc.stderr.strip().splitlines() or ["no message"])[-1][:500]
-            detail = detail.replace(spec["source_dir"], "SOURCE_DIR").replace(str(scratch), "OUTPUT_DIR")
+            detail = detail.replace(job.source_dir, "SOURCE_DIR").replace(str(scratch), "OUTPUT_DIR")
             raise _failure(f"the shipped {SCRIPT_NAME} failed on its own ({detail}); nothing was written.")
         written = sorted(p.name for p in out.iterdir())
         if written != sorted(expected):
@@ -354,78 +354,76 @@ def _reproduce(staging: Path, target: Path, spec: dict[str, Any], expected: list
 # -- the job ---------------------------------------------------------------------------------------
 
 
-def _build(staging: Path, target: Path, spec: dict[str, Any], reporter: _Reporter) -> dict[str, Any]:
+def _build(staging: Path, target: Path, job: RealTrimJob, reporter: _Reporter) -> dict[str, Any]:
     """Everything of the output inside the staging directory; the job's result fields."""
-    _copy_assets(staging, spec)
-    _write_weights(staging, spec, reporter)
-    verified = _verify(staging, spec, reporter)
-    remaining = _check_structure(spec, verified)
+    _copy_assets(staging, job)
+    _write_weights(staging, job, reporter)
+    verified = _verify(staging, job, reporter)
+    remaining = _check_structure(job, verified)
     script_plan = {
-        "shards": spec["shards"],
-        "config": spec["config"],
-        "assets": sorted(spec["assets"]),
+        "shards": {shard: [m.row() for m in moves] for shard, moves in job.shards.items()},
+        "config": job.config,
+        "assets": sorted(job.assets),
         "sha256": verified.sha256,
     }
     (staging / SCRIPT_NAME).write_text(script_text(script_plan), encoding="utf-8")
     reporter.start(f"running the shipped {SCRIPT_NAME} once to prove it")
-    _reproduce(staging, target, spec, sorted(verified.sha256))
-    extras = list(spec["extra_files"])
-    for name, text in spec["extra_files"].items():
+    _reproduce(staging, target, job, sorted(verified.sha256))
+    extras = list(job.extra_files)
+    for name, text in job.extra_files.items():
         (staging / name).write_text(text, encoding="utf-8")
-    if spec["image"]:
+    if job.image:
         (staging / IMAGE_NAME).write_bytes(tiny_png())
         extras.append(IMAGE_NAME)
     files = dict(verified.sha256)
     files |= {name: file_sha256(staging / name) for name in [SCRIPT_NAME, *extras]}
-    manifest = _manifest(spec, verified, files, remaining)
-    (staging / spec["manifest_name"]).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    manifest = _manifest(job, verified, files, remaining)
+    (staging / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
     return {
-        "files": sorted([*files, spec["manifest_name"]]),
-        "manifest_sha256": file_sha256(staging / spec["manifest_name"]),
+        "files": sorted([*files, MANIFEST_NAME]),
+        "manifest_sha256": file_sha256(staging / MANIFEST_NAME),
         "verified": {"tensors": verified.tensors, "bytes": verified.nbytes},
         "script_reproduced": True,
         "load_validated": False,
     }
 
 
-def run_job(spec: dict[str, Any], progress: Any) -> dict[str, Any]:
+def run_job(job: RealTrimJob, progress: Progress) -> dict[str, Any]:
     """Job target: write, verify and prove a real-weight trim; the output appears whole or not at all."""
     signal.signal(signal.SIGTERM, stop_requested)
-    target = Path(spec["target"])
-    reporter = _Reporter(progress, sum(item[5] for items in spec["shards"].values() for item in items))
+    target = Path(job.target)
+    reporter = _Reporter(progress, job.total_bytes)
     try:
         tag = os.environ.get(JOB_MARKER_ENV, "")
-        policy = _job_policy(spec)
-        with staged_directory(
-            target, replace=spec["overwrite"], tag=tag, shown=spec.get("shown"), policy=policy
-        ) as staging:
-            result = _build(staging, target, spec, reporter)
+        policy = _job_policy(job)
+        with staged_directory(target, replace=job.overwrite, tag=tag, shown=job.shown, policy=policy) as staging:
+            result = _build(staging, target, job, reporter)
     except HeaderError as exc:
         raise _failure(f"the source changed since it was checked ({exc}); nothing was written.") from None
     except OSError as exc:
         raise _failure(
-            f"reading the source or writing the output failed ({exc.strerror or type(exc).__name__}); nothing was written."
+            f"reading the source or writing the output failed ({exc.strerror or type(exc).__name__}); nothing was "
+            "written."
         ) from None
     reporter.start("done")
-    return {**spec["output"], **result}
+    return {**job.output, **result}
 
 
-def _job_policy(spec: dict[str, Any]) -> Policy:
+def _job_policy(job: RealTrimJob) -> Policy:
     """The call's policy again, with the state directory's output records: the worker checks the overwrite
     rule right before its swap and records the new output, as an in-process tool does."""
-    rules = spec["policy"]
-    store = StateStore(Path(rules["state_dir"]))
-    return Policy.from_spec(rules, OutputRegistry(store), tracked_below)
+    store = StateStore(Path(job.policy["state_dir"]))
+    return Policy.from_spec(job.policy, OutputRegistry(store), tracked_below)
 
 
-def _manifest(spec: dict[str, Any], verified: _Verified, files: dict[str, str], remaining: list[str]) -> dict[str, Any]:
+def _manifest(job: RealTrimJob, verified: _Verified, files: dict[str, str], remaining: list[str]) -> dict[str, Any]:
     return {
-        "format": spec["manifest"]["format"],  # first: the marker overwrite recognises (core/foundation/atomic.py)
-        **spec["manifest"],
+        "format": job.manifest["format"],  # first: the marker overwrite recognises (core/foundation/atomic.py)
+        **job.manifest,
         "files": files,
         "weights": {
-            **spec["manifest_weights"],
-            "shards": {shard: files[shard] for shard in spec["shards"]},
+            **job.manifest_weights,
+            "shards": {shard: files[shard] for shard in job.shards},
             "index": INDEX_NAME,
         },
         "verified": {
@@ -444,5 +442,5 @@ def _manifest(spec: dict[str, Any], verified: _Verified, files: dict[str, str], 
             "reproduced": True,
         },
         "load_validated": False,
-        "validate_with": spec["validate_with"],
+        "validate_with": job.validate_with,
     }

@@ -18,7 +18,9 @@ from itertools import combinations
 from typing import Any
 
 from ..checkpoint.cross_check import CheckpointReport
-from ..checkpoint.layout import RULE_FORMS, Layout, split_layer_name
+from ..checkpoint.kinds import RULE_FORMS
+from ..checkpoint.layer_ids import split_layer_name
+from ..checkpoint.layout import Layout
 from ..checkpoint.safetensors_headers import CheckpointFiles
 from ..foundation.errors import bad_input
 

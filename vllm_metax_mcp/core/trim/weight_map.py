@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
-from ..checkpoint.layout import compact_ids, is_mtp_prefix, split_layer_name
+from ..checkpoint.layer_ids import compact_ids, is_mtp_prefix, split_layer_name
 from ..checkpoint.safetensors_headers import CheckpointFiles
 from ..foundation.errors import bad_input
 
@@ -30,6 +31,10 @@ class Move:
     dtype: str
     shape: tuple[int, ...]
     nbytes: int
+
+    def row(self) -> list[Any]:
+        """As the shipped extract.py's plan lists it: [target, source shard, source name, dtype, shape, nbytes]."""
+        return [self.target, self.shard, self.source, self.dtype, list(self.shape), self.nbytes]
 
 
 @dataclass
@@ -145,9 +150,9 @@ def map_tensors(files: CheckpointFiles, backbone_prefix: str | None, layers: Lay
     if rename.undeclared:
         where = "; ".join(f"{p}.{{{compact_ids(ids)}}}" for p, ids in sorted(rename.undeclared.items()))
         raise bad_input(
-            f"tensors exist for layer ids the config does not declare ({where}; config.json: {layers.backbone} layers + "
-            f"{layers.mtp_declared} MTP): which layer they are is unknown. Fix the config's layer or MTP count "
-            "(see inspect_config's findings) before a real-weight trim."
+            f"tensors exist for layer ids the config does not declare ({where}; config.json: {layers.backbone} "
+            f"layers + {layers.mtp_declared} MTP): which layer they are is unknown. Fix the config's layer or MTP "
+            "count (see inspect_config's findings) before a real-weight trim."
         )
     _refuse_collisions(moves)
     order = {shard: number for number, shard in enumerate(files.shard_names)}

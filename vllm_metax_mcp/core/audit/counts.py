@@ -1,0 +1,82 @@
+"""What is recorded against what is listed: per plugin file and over the range's commits (the
+status action, and the counts list, recheck and export report)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .commits import Listing, list_commits
+from .scope import Scope, ScopeRequest, resolve_scope
+from .session import AuditSession
+
+Recorded = frozenset[tuple[str, str]]
+"""The (commit, plugin file) pairs with an entry."""
+
+
+@dataclass(frozen=True)
+class FileCount:
+    """One plugin file's range and how many of its commits have an entry."""
+
+    local: str
+    upstream: str | None
+    rule: str
+    base: str | None
+    followed: list[str]
+    dependencies: int
+    commits: int
+    with_entry: int
+    without_entry: int
+
+
+@dataclass(frozen=True)
+class CommitCounts:
+    """Commits in range touching the audited files; with an entry for every audited file they touch, or not."""
+
+    total: int = 0
+    with_entry: int = 0
+    without_entry: int = 0
+
+
+def file_counts(scope: Scope, listing: Listing, recorded: Recorded) -> list[FileCount]:
+    tracks = {t.local: t for t in scope.tracks}
+    rows = []
+    for pair in scope.pairs:
+        shas = listing.hits.get(pair.local, {})
+        done = sum(1 for sha in shas if (sha, pair.local) in recorded)
+        track = tracks.get(pair.local)
+        rows.append(
+            FileCount(
+                local=pair.local,
+                upstream=pair.upstream,
+                rule=pair.rule.value,
+                base=scope.bases[pair.local].label if track else None,
+                followed=listing.followed.get(pair.local, []),
+                dependencies=len(track.paths) - 1 if track else 0,
+                commits=len(shas),
+                with_entry=done,
+                without_entry=len(shas) - done,
+            )
+        )
+    return rows
+
+
+def commit_counts(listing: Listing, recorded: Recorded) -> CommitCounts:
+    done = sum(1 for sha in listing.commits if all((sha, f) in recorded for f in listing.files_of(sha)))
+    return CommitCounts(total=len(listing.commits), with_entry=done, without_entry=len(listing.commits) - done)
+
+
+@dataclass(frozen=True)
+class Status:
+    files: list[FileCount]
+    counts: CommitCounts
+    unknowns: list[str]
+
+
+def status(session: AuditSession, request: ScopeRequest) -> Status:
+    """The status action: every file's counts and the commits' (the tool pages the files)."""
+    scope = resolve_scope(session, request)
+    listing = list_commits(session.upstream.repo, scope.tracks, session.target)
+    recorded = session.recorded()
+    return Status(
+        file_counts(scope, listing, recorded), commit_counts(listing, recorded), scope.unknowns + listing.unknowns
+    )

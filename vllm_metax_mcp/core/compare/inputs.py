@@ -1,0 +1,64 @@
+"""What a comparison of plugin files starts from: the files a call names, the caller's mapping overrides
+checked against them, and the files that register architectures (diff_model and audit_commits)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..code.registration import RegisteringFile, registering_files
+from ..foundation.errors import bad_input, not_found
+from ..sources.environment import UpstreamMapping
+from ..sources.subjects import Subject, clean_path
+
+
+@dataclass(frozen=True)
+class PairingInputs:
+    """What pairing needs besides the trees, the same for every release."""
+
+    local_files: list[str]
+    prefixes: list[str]
+    overrides: Mapping[str, str | None]
+    registrations: Mapping[str, RegisteringFile]
+
+
+def python_files(plugin: Subject, paths: list[str]) -> list[str]:
+    """The Python files under `paths` in the plugin subject; not_found when there are none."""
+    prefixes = [clean_path(p) for p in paths]
+    found = sorted({p for prefix in prefixes for p in plugin.list(prefix) if p.endswith(".py")})
+    if not found:
+        raise not_found(
+            f"No Python files under {', '.join(paths)} in the {plugin.label} subject; "
+            "pass paths such as vllm_metax/models/."
+        )
+    return found
+
+
+def checked_overrides(raw: Mapping[str, str | None], local_files: list[str]) -> dict[str, str | None]:
+    """The caller's mapping_overrides, each naming one of the compared files (paths normalised)."""
+    checked: dict[str, str | None] = {}
+    for local, upstream in raw.items():
+        path = clean_path(local)
+        if path not in local_files:
+            raise bad_input(
+                f"mapping_overrides names {local}, which is not a Python file under paths; "
+                "use a path from a summary call."
+            )
+        checked[path] = clean_path(upstream) if upstream else None
+    return checked
+
+
+def pairing_inputs(plugin: Subject, paths: list[str], overrides: Mapping[str, str | None]) -> PairingInputs:
+    """The files a call compares and what pairs them besides the trees."""
+    prefixes = [clean_path(p) for p in paths]
+    local_files = python_files(plugin, paths)
+    checked = checked_overrides(overrides, local_files)
+    return PairingInputs(local_files, prefixes, checked, registering_files(plugin, prefixes))
+
+
+def target_label(upstream: Subject, mapping: UpstreamMapping) -> str:
+    """How results name the upstream target: `<revision> (<commit>)`, the commit alone, or the directory."""
+    commit = mapping.target_commit
+    if commit:
+        return f"{mapping.target} ({commit[:12]})" if mapping.target and mapping.target != commit else commit[:12]
+    return f"{upstream.label} (no revision)"

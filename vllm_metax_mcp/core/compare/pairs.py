@@ -1,0 +1,130 @@
+"""What a comparison pairs: both sides (`Trees`) and the records pairing produces (`Pair`, `Pairing`).
+
+The plugin keeps its code under `vllm_metax/`, upstream under `vllm/`; upstream model files lie in
+family directories `vllm/models/<family>/` (newer families) or flat in `vllm/model_executor/models/`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Literal
+
+from ..code.module_index import IndexedModule, ModuleIndex, module_name
+from ..foundation.evidence import CommitEvidence, FileEvidence, NoteEvidence
+from ..sources.subjects import Subject
+
+LOCAL_ROOT = "vllm_metax"
+UPSTREAM_ROOT = "vllm"
+LOCAL_MODELS = f"{LOCAL_ROOT}/models/"
+FAMILIES = f"{UPSTREAM_ROOT}/models/"
+CLASSIC = f"{UPSTREAM_ROOT}/model_executor/models/"
+MODEL_DIRS = (FAMILIES, CLASSIC)
+
+EvidenceItem = FileEvidence | CommitEvidence | NoteEvidence
+
+
+class Rule(str, Enum):
+    """The pairing rule that decided a pair (their order is in `core/compare/pairing.py`)."""
+
+    OVERRIDE = "override"
+    REGISTRATION = "registration"
+    SAME_PATH = "same_path"
+    PLATFORM_BRANCH = "platform_branch"
+    SHARED_DIR = "shared_dir"
+    OTHER_PLATFORM = "other_platform"
+    RENAMED = "renamed"
+    UPSTREAM_ORIGINAL = "upstream_original"
+    SUBCLASS = "subclass"
+    HISTORY = "history"
+    NONE = "none"
+
+
+class Status(str, Enum):
+    IDENTICAL = "identical"
+    CHANGED = "changed"
+    LOCAL_ONLY = "local_only"
+    REMOVED = "removed"
+
+
+PairFlag = Literal[
+    "content_matches_other",
+    "content_candidate",
+    "ambiguous",
+    "other_platform",
+    "unreferenced_dir",
+    "conditional_branch",
+    "moved",
+    "parse_error",
+]
+"""What a reader of a pair should know besides its rule; `parse_error` is raised when a pair is reported."""
+
+TargetKind = Literal["family", "branch", "shared", "other_platform", "unreferenced", "directory"]
+"""Where a target-only file lies: a family root, a family sub-directory by its kind, or a mapped directory."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    upstream: str
+    similarity: float
+    shared_symbols: int
+
+
+@dataclass
+class Pair:
+    """A plugin file and its counterpart; the later rules (history, content) amend it in place."""
+
+    local: str
+    upstream: str | None
+    rule: Rule
+    confidence: float
+    evidence: list[EvidenceItem]
+    flags: list[PairFlag] = field(default_factory=list)
+    candidates: list[Candidate] = field(default_factory=list)
+    extends: dict[str, str] = field(default_factory=dict)
+    """Subclass pairs: local class -> the upstream class it extends."""
+    status: Status = Status.LOCAL_ONLY
+
+    def flag(self, name: PairFlag, penalty: float) -> None:
+        if name not in self.flags:
+            self.flags.append(name)
+            self.confidence = round(max(0.0, self.confidence - penalty), 2)
+
+
+@dataclass(frozen=True)
+class TargetOnly:
+    upstream: str
+    """A file, or a directory (trailing `/`) standing for `files` files."""
+    kind: TargetKind
+    files: int
+    guard: str | None = None
+
+
+@dataclass(frozen=True)
+class Pairing:
+    pairs: list[Pair]
+    target_only: list[TargetOnly]
+    unknowns: list[str]
+
+
+@dataclass
+class Trees:
+    """Both sides of a comparison: the subjects and one module index over both."""
+
+    local: Subject
+    upstream: Subject
+    index: ModuleIndex
+    local_modules: dict[str, IndexedModule] = field(init=False)
+    upstream_modules: dict[str, IndexedModule] = field(init=False)
+    upstream_files: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.local_modules = {m.path: m for m in self.index.modules.values() if m.side == "plugin"}
+        self.upstream_modules = {m.path: m for m in self.index.modules.values() if m.side == "upstream"}
+        self.upstream_files = frozenset(p for p in self.upstream.list(UPSTREAM_ROOT + "/") if p.endswith(".py"))
+
+
+def paired_modules(pairs: Iterable[Pair]) -> dict[str, str]:
+    """Local module -> the upstream module it is paired with (tells a copy's own imports from overrides)."""
+    return {module_name(p.local) or "": module_name(p.upstream) or "" for p in pairs if p.upstream}

@@ -1,0 +1,144 @@
+"""One trace: index the plugin subject and the upstream target (and base), walk from the
+architecture's registrations (or back from a symbol to its consumers), run the checks on the
+path, annotate the rows, and count every list the output can page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..code.codebase import Codebase
+from ..code.module_index import ModuleIndex, RecordCache
+from ..code.overrides import find_overrides, override_facts
+from ..foundation.state import StateStore
+from ..sources.subjects import RevisionSubject, Subject
+from .annotations import annotate, plugin_packages, recorded_annotations
+from .checks import Findings, ProbeTarget, check_path, owned_modules
+from .entry import TraceEntry, find_entry
+from .revisions import upstream_history
+from .walk import Boundary, Walk, component_boundaries, consumers, inactive_files, walk_dependencies
+
+MAX_ROWS = 20000
+UPSTREAM_PREFIXES = ["vllm/"]
+
+Direction = Literal["dependencies", "consumers"]
+Section = Literal["inventory", "defects", "ops", "overrides", "patches", "kernels", "config_rewrites", "weight_loading"]
+FINDING_SECTIONS = ("defects", "ops", "overrides", "patches", "kernels", "config_rewrites", "weight_loading")
+"""The sections that list findings of the checks (all but the inventory), as named on `Findings`."""
+
+
+@dataclass(frozen=True)
+class TraceRequest:
+    direction: Direction
+    arch: str | None
+    symbol: str | None
+    """`module` or `module:Name`, for direction=consumers."""
+    depth: int
+    platform_answers: dict[str, bool]
+    follow_owned: bool
+
+
+@dataclass(frozen=True)
+class Trees:
+    """The subjects a trace reads: the plugin, upstream at the target, and upstream at base."""
+
+    plugin: Subject
+    upstream: Subject
+    base: Subject | None = None
+
+
+@dataclass
+class Trace:
+    entry: TraceEntry
+    walk: Walk
+    findings: Findings
+    inactive: list[str] = field(default_factory=list)
+    """Plugin files of the model's package nothing reaches."""
+    unknowns: list[str] = field(default_factory=list)
+    boundaries: list[Boundary] = field(default_factory=list)
+    parse_errors: list[str] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    """Size of every section, and of the defects per kind (`defects.<kind>`)."""
+    modules_indexed: int = 0
+    cache_hits: int = 0
+    parsed: int = 0
+
+
+def _index(trees: Trees, cache: RecordCache) -> tuple[ModuleIndex, ModuleIndex | None]:
+    """The plugin and upstream target indexed together (plugin modules win), and upstream at base."""
+    index = ModuleIndex()
+    index.add_tree("plugin", trees.plugin, cache)
+    index.add_tree("upstream", trees.upstream, cache, UPSTREAM_PREFIXES)
+    if trees.base is None:
+        return index, None
+    base_index = ModuleIndex()
+    base_index.add_tree("upstream", trees.base, cache, UPSTREAM_PREFIXES)
+    return index, base_index
+
+
+def _dependencies(
+    store: StateStore,
+    trees: Trees,
+    request: TraceRequest,
+    index: ModuleIndex,
+    base_index: ModuleIndex | None,
+    packages: frozenset[str],
+    cache: RecordCache,
+    probe: Callable[[], ProbeTarget],
+) -> Trace:
+    """The walk from the registrations, and the checks on its path."""
+    first_party = frozenset({"vllm"}) | packages
+    found_entry = find_entry(request.arch, trees.plugin, trees.upstream)
+    model = found_entry.model
+    code = Codebase(index, {"plugin": trees.plugin, "upstream": trees.upstream}, first_party)
+    model_packages = frozenset({model.plugin_module.split(".")[0]}) if model.plugin_module else packages
+    found = find_overrides(code, override_facts(store, code, model_packages), base_index)
+    stop = {} if request.follow_owned else owned_modules(found, model.members(code))
+    walk = walk_dependencies(index, found_entry.starts, first_party, request.depth, MAX_ROWS, stop)
+    inactive = inactive_files(index, model.plugin_module, walk.names())
+    history = None
+    if isinstance(trees.base, RevisionSubject) and isinstance(trees.upstream, RevisionSubject):
+        history = upstream_history(trees.upstream.repo, trees.base.commit, trees.upstream.commit, cache)
+    findings = check_path(store, code, walk, found, stop, model, base_index, history, packages, probe())
+    return Trace(found_entry.entry, walk, findings, inactive, found_entry.unknowns + findings.unknowns)
+
+
+def run_trace(
+    store: StateStore,
+    trees: Trees,
+    request: TraceRequest,
+    probe: Callable[[], ProbeTarget],
+    ledger: Callable[[], Mapping[str, Any] | None],
+) -> Trace:
+    """The whole trace. `probe` is asked for the op probe's interpreter once the walk is done
+    (dependencies only); `ledger` for the audit ledger whose annotations the rows carry."""
+    cache = RecordCache(store, request.platform_answers)
+    index, base_index = _index(trees, cache)
+    packages = plugin_packages(index)
+    if request.direction == "consumers":
+        module, _, symbol = (request.symbol or "").partition(":")
+        walk = consumers(index, module, symbol or None, request.depth, MAX_ROWS)
+        trace = Trace(TraceEntry(), walk, Findings())
+    else:
+        trace = _dependencies(store, trees, request, index, base_index, packages, cache, probe)
+    annotate(trace.walk.rows, index, base_index, packages)
+    recorded_annotations(trace.walk.rows, ledger())
+    if trace.walk.truncated:
+        trace.unknowns.append(f"The walk stopped at {MAX_ROWS} rows; narrow it with depth.")
+    trace.boundaries = component_boundaries(trace.walk) + sorted(
+        trace.findings.boundaries, key=lambda b: (b.kind, b.package)
+    )
+    trace.parse_errors = sorted(f"{m.path}: {m.record.error}" for m in index.modules.values() if m.record.error)
+    trace.counts = _counts(trace.walk, trace.findings)
+    trace.modules_indexed, trace.cache_hits, trace.parsed = len(index.modules), cache.hits, cache.misses
+    return trace
+
+
+def _counts(walk: Walk, findings: Findings) -> dict[str, int]:
+    counts = {"inventory": len(walk.rows)}
+    counts.update({name: len(getattr(findings, name)) for name in FINDING_SECTIONS})
+    for defect in findings.defects:
+        counts[f"defects.{defect.kind}"] = counts.get(f"defects.{defect.kind}", 0) + 1
+    return counts
