@@ -2,19 +2,20 @@
 
 A canary file lives outside the read roots; each variant spells a way to reach it from a value
 passed to the launched vLLM server (a `{` in the value, `tmp/../../`, `..` deep inside JSON, env
-values, `~` and `~user`, `file:` URLs, a symlink inside the roots, `$VAR` references that expand
-to a path outside or to nothing known). Each must be refused before anything is launched (no job, no
+values, `~` and `~user`, `file:` URLs, a symlink inside the roots, `$VAR` references that expand to
+a path outside or to nothing known). Each must be refused before anything is launched (no job, no
 run directory), with the caller's own spelling in the message, and the canary's content nowhere: not
-in the reply, not in the state directory. Legitimate text (hub ids, inline templates, numbers, dtype names, JSON with plain strings) still passes. In review mode a value
-that may name where the launched server writes (any env value, a plain option, --compilation-config)
-may not name a path in a read root either, though edit mode passes it; --download-dir is refused in
-both (not on the allow-list).
+in the reply, not in the state directory. Legitimate text (hub ids, inline templates, numbers, dtype
+names, JSON with plain strings) still passes. In review mode a value that may name where the
+launched server writes (any env value, a plain option, --compilation-config) may not name a path in
+a read root either, though edit mode passes it; --download-dir is refused in both (not on the
+allow-list).
 
-Exercised three ways: the rules themselves (core/smoke/launch_rules.py), `run_smoke_test` through the
-CLI (`vllm-metax-mcp call`), and through a real MCP client, in edit and review mode. Refusals
+Exercised three ways: the rules themselves (core/smoke/launch_rules.py), `run_smoke_test` through
+the CLI (`vllm-metax-mcp call`), and through a real MCP client, in edit and review mode. Refusals
 happen before any launch, so no vLLM is needed; the passing calls ask for a device that does not
-exist (97), so the run ends `blocked` without starting a server and its plan shows what would
-have been passed.
+exist (97), so the run ends `blocked` without starting a server and its plan shows what would have
+been passed.
 """
 
 from __future__ import annotations
