@@ -8,8 +8,9 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from vllm_metax_mcp.core.foundation.errors import ErrorCode, ToolFailure
 
@@ -60,3 +61,28 @@ def raise_unexpected(args: dict[str, Any], progress: Any) -> dict[str, Any]:
 
 def raise_blocked(args: dict[str, Any], progress: Any) -> dict[str, Any]:
     raise ToolFailure(ErrorCode.BLOCKED, "the device is busy with a process this server did not start")
+
+
+@dataclass(frozen=True)
+class Place:
+    directory: Path
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TypedOrder:
+    """A typed payload: the worker rebuilds it from the stored JSON by `describe_order`'s annotation."""
+
+    kind: Literal["copy", "move"]
+    count: int
+    place: Place
+
+
+def describe_order(order: TypedOrder, progress: Any) -> dict[str, Any]:
+    return {
+        "type": type(order).__name__,
+        "place_type": type(order.place).__name__,
+        "directory_is_path": isinstance(order.place.directory, Path),
+        "names": list(order.place.names),
+        "text": f"{order.kind} x{order.count} in {order.place.directory}",
+    }

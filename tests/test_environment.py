@@ -209,3 +209,19 @@ def test_record_json_keeps_the_stored_shape_and_reads_earlier_records(workspace:
     record = EnvironmentRecord.from_json(earlier)
     assert record.python_accepted is None and record.site_dirs == () and record.confirmation is not None
     assert record.upstream is not None and record.upstream.same_as(record.confirmation.upstream)
+
+
+def test_a_record_cut_short_is_a_precise_failure_not_an_internal_error(workspace: dict[str, Path]) -> None:
+    """A record edited by hand or cut short (here: no `probe_id`) fails every reader with the way out,
+    never an internal KeyError."""
+    establish(workspace, make_venv(workspace["root"] / "venv"), target="v1")
+    runtime = Runtime.create([str(workspace["root"])], state_dir=str(workspace["state"]))
+    key = record_key(open_repository(workspace["plugin"], runtime.policy))
+    stored = runtime.store.read(key)
+    assert stored is not None
+    runtime.store.write(key, {k: v for k, v in stored.items() if k != "probe_id"})
+    with pytest.raises(ToolFailure) as failed:
+        call(workspace, {"action": "show"})
+    assert failed.value.code is ErrorCode.FAILED
+    assert "cannot be read (no 'probe_id' entry)" in failed.value.message
+    assert "environment(action=establish" in failed.value.message

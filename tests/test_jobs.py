@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import jobtargets
 import pytest
 from helpers import (
     JOB_TOOL,
@@ -83,6 +84,36 @@ def test_job_outlives_a_short_call_and_is_polled_to_completion(runtime: Runtime)
     cited = dict(result.job.result)
     assert cited.pop("result_id").startswith("r-")
     assert cited == {"steps": 15, "message": "slept 15 steps"}
+
+
+def test_a_typed_payload_is_rebuilt_from_its_annotation_in_the_worker(runtime: Runtime, tmp_path: Path) -> None:
+    """Jobs.start stores the target's own dataclass as JSON; the real worker rebuilds it (nested
+    dataclass, Path, tuple, Literal) from the annotation of the target's first parameter."""
+    order = jobtargets.TypedOrder("copy", 3, jobtargets.Place(tmp_path / "out", ("a", "b")))
+    handle = runtime.jobs.start("test_job", "jobtargets:describe_order", order)
+    stored = runtime.store.read(f"jobs/{handle.job_id}/spec.json")["args"]
+    assert stored == {"kind": "copy", "count": 3, "place": {"directory": str(tmp_path / "out"), "names": ["a", "b"]}}
+    final = wait_for(lambda: (s := job_status(runtime, handle.job_id))["status"] == "succeeded" and s, 30, 0.1, "job")
+    result = call(JOBS_SPEC, {"action": "result", "job_id": handle.job_id}, runtime).job.result
+    assert final["status"] == "succeeded"
+    assert {k: result[k] for k in ("type", "place_type", "directory_is_path", "names")} == {
+        "type": "TypedOrder",
+        "place_type": "Place",
+        "directory_is_path": True,
+        "names": ["a", "b"],
+    }
+
+
+def test_a_payload_that_is_not_the_targets_type_fails_with_a_precise_message(runtime: Runtime) -> None:
+    """A payload another version stored (here: a field missing, a kind outside the Literal) is refused by
+    the worker as a clean failure naming the type, never an internal error."""
+    handle = runtime.jobs.start("test_job", "jobtargets:describe_order", {"kind": "delete", "count": 1})
+    final = wait_for(
+        lambda: (s := job_status(runtime, handle.job_id))["status"] not in ("queued", "running") and s, 30, 0.1, "job"
+    )
+    assert final["status"] == "failed"
+    error = runtime.store.read(f"jobs/{handle.job_id}/status.json")["error"]
+    assert error["code"] == "failed" and "is not a TypedOrder of this server" in error["message"], error
 
 
 def test_job_finishing_within_the_call_returns_its_result_and_progress(runtime: Runtime) -> None:

@@ -1,4 +1,4 @@
-"""The layout rules of DEVELOPERS.md and issue 19, checked on the package's own source.
+"""The layout rules of the project (issue 19), checked on the package's own source.
 
 Each rule reads the real modules (their imports and sizes, by `ast`), so a change that breaks one
 names the module and the line that did.
@@ -7,8 +7,10 @@ names the module and the line that did.
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +34,7 @@ ALLOWED = {
 TOOL_SHARED = {"spec", "dispatch", "arguments"}
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60
+MAX_ENTRY_BODY_LINES = 40
 
 
 @dataclass(frozen=True)
@@ -165,4 +168,20 @@ def test_a_long_function_says_why_in_its_docstring() -> None:
                 length = node.end_lineno - node.lineno + 1
                 if length > MAX_FUNCTION_LINES and not ast.get_docstring(node):
                     long.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name} ({length} lines)")
+    assert not long, long
+
+
+def test_a_tools_entry_function_stays_short() -> None:
+    """A tool's entry (its SPEC.run, whose docstring is the tool description) delegates to core: about
+    40 lines of body at most, the docstring not counted."""
+    from vllm_metax_mcp.tools import ALL_TOOLS
+
+    long = []
+    for spec in ALL_TOOLS:
+        node = ast.parse(textwrap.dedent(inspect.getsource(spec.run))).body[0]
+        assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        body = node.body[1:] if ast.get_docstring(node) else node.body
+        lines = (body[-1].end_lineno or 0) - body[0].lineno + 1
+        if lines > MAX_ENTRY_BODY_LINES:
+            long.append(f"{spec.name}: {lines} lines")
     assert not long, long

@@ -179,7 +179,7 @@ def model_config() -> dict[str, Any]:
 
 def checkpoint(directory: Path) -> Path:
     """Every kind of file a checkpoint directory holds, each a regular file: config, index, shards,
-    every asset trim_output knows, both tokenizer formats, remote code, smoke cases, a model card."""
+    every asset the trim assets module knows, both tokenizer formats, remote code, smoke cases, a model card."""
     directory.mkdir(parents=True)
     (directory / "config.json").write_text(json.dumps(model_config(), indent=2))
     tensors = llama_tensors()

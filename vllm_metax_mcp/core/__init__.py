@@ -1,4 +1,5 @@
-"""Everything the tools do, by domain; nothing here imports MCP, and pydantic only at the job edge.
+"""Everything the tools do, by domain; nothing here imports MCP. pydantic appears only at edges: stored
+job payloads, evidence items and smoke-case files a caller writes.
 
 Packages:
 
@@ -10,12 +11,13 @@ Packages:
 - `compare` and `trace` (both on `code`): pairing plugin and upstream code, symbol and text diffs,
   releases and the difference matrix; dependency walks, their checks, kernels, defects, revisions,
   config and weight-loading paths.
-- `audit` (on `compare` and `trace`): commits, ranges, dependents, the audit session and its ledger.
+- `audit` (on `compare` and `code`): commits, ranges, dependents, the audit session and its ledger.
 - `checkpoint`: config layout, cross-checks, safetensors headers, consumers, construction, id lists;
   `trim` builds on it (plan, selection, budget, config rewrite, assets, real trims, weight maps, cases).
 - `smoke`: processes, client, answer checks, the run, launch rules, devices; it reads `trim.cases`.
 - `target`: the scripts run inside the target interpreter (stdlib only, Python >= 3.8); depends on nothing.
 
-Order: foundation <- sources <- code <- {compare, trace} <- audit; checkpoint <- trim; smoke reads
-trim.cases; target depends on nothing. No circles.
+Order: foundation <- sources <- code <- {compare, trace}; compare <- audit; sources <- checkpoint <- trim;
+smoke reads trim.cases; every package may run a `target` script, and target depends on nothing. No
+circles: tests/test_layout.py checks every import against this order.
 """

@@ -20,7 +20,6 @@ from ..core.audit.recheck import Baseline, Recheck, run_recheck, take_baseline
 from ..core.audit.scope import ScopeRequest
 from ..core.audit.session import DEFAULT_LIMITS, MAX_LIMITS, AuditSession, Paging, open_session
 from ..core.compare.inputs import target_label
-from ..core.compare.pairs import LOCAL_ROOT
 from ..core.compare.releases import MAX_RELEASES
 from ..core.foundation.errors import bad_input
 from ..core.foundation.evidence import Evidence
@@ -75,7 +74,7 @@ class AuditCommitsInput(UpstreamArgs):
         "nothing explains, paged; export: JSON and markdown of the ledger.",
     )
     paths: list[str] = Field(
-        default_factory=lambda: [f"{LOCAL_ROOT}/models/"], description="Plugin files or directories to audit."
+        default_factory=lambda: ["vllm_metax/models/"], description="Plugin files or directories to audit."
     )
     mapping_overrides: dict[str, str | None] = Field(
         default_factory=dict, description="As diff_model's: plugin path -> upstream path."

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -12,18 +11,13 @@ from ..core.foundation.policy import Effect
 from ..core.sources.environment import (
     ConfirmedBy,
     EnvironmentRecord,
+    EstablishRequest,
     UpstreamMapping,
-    carry_confirmation,
     check_interpreter,
-    confirmation_for,
-    instruction_files,
+    confirm_record,
+    establish_record,
     load_record,
-    record_id,
     resolve_upstream,
-    run_probe,
-    runtime_location,
-    runtime_source,
-    save_record,
 )
 from ..core.sources.git import Repository
 from .arguments import SubjectArgs, open_plugin_repo, open_plugin_subject
@@ -136,31 +130,8 @@ def _establish(args: EnvironmentInput, env: ToolEnv) -> EnvironmentOutput:
         raise bad_input("establish needs the plugin git repository (subject worktree, index, revision or installed).")
     mapping = resolve_upstream(env.policy, args.upstream, args.target) if args.upstream else None
     accepted = check_interpreter(args.python or env.interpreters.default(), env.policy, env.interpreters, "establish")
-    python = accepted.path
-    probe_id, report = run_probe(python, env.store)
-    installed = runtime_location(report)
-    subject = open_plugin_subject(args, env, repo, installed)
-    previous = load_record(env.store, repo)
-    record = EnvironmentRecord(
-        plugin_repo=str(repo.top),
-        subject=subject.label,
-        subject_kind=args.subject,
-        revision=args.revision,
-        subject_tree_hash=subject.tree_hash(),
-        upstream=mapping,
-        python=str(python),
-        python_accepted=accepted,
-        probe_id=probe_id,
-        probe=report,
-        site_dirs=installed.site_dirs,
-        runtime_package_dir=installed.package_dir,
-        runtime_source=runtime_source(report, repo),
-        instruction_files=tuple(instruction_files(subject)),
-        confirmation=carry_confirmation(previous, mapping),
-        established_at=time.time(),
-        record_id=record_id(repo),
-    )
-    save_record(env.store, repo, record)
+    request = EstablishRequest(repo, args.subject, args.revision, mapping, accepted)
+    record = establish_record(env.store, request, lambda installed: open_plugin_subject(args, env, repo, installed))
     return _output("establish", record)
 
 
@@ -211,9 +182,7 @@ def _confirm(args: EnvironmentInput, env: ToolEnv) -> EnvironmentOutput:
         output.next_step = "The user declined this target: establish the upstream and target they want."
         return output
     confirmed_by: ConfirmedBy = "user" if env.user_answer == "accepted" else "caller"
-    record = record.confirmed(confirmation_for(upstream, confirmed_by))
-    save_record(env.store, repo, record)
-    return _output("confirm", record)
+    return _output("confirm", confirm_record(env.store, repo, record, upstream, confirmed_by))
 
 
 def _show(args: EnvironmentInput, env: ToolEnv) -> EnvironmentOutput:

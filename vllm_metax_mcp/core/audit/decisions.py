@@ -88,7 +88,7 @@ def _decision(
 def _annotation(
     proposed: ProposedAnnotation, session: AuditSession, scope: Range | None, checker: EvidenceChecker
 ) -> Annotation:
-    node = inventory_node(proposed.node, session.plugin, session.upstream, session.cache)
+    node = inventory_node(proposed.node, session.inputs.package.name, session.plugin, session.upstream, session.cache)
     evidence = checker.check(proposed.evidence, scope)
     return Annotation(node, proposed.disposition, time.time(), tuple(evidence))
 

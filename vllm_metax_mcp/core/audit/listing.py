@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..code.overrides import find_overrides, override_facts
-from ..compare.pairs import LOCAL_ROOT
 from ..foundation.errors import not_found
 from ..foundation.results import Page
 from .commits import (
@@ -60,7 +59,8 @@ class CommitPage:
 def _dependents(session: AuditSession, scope: Scope) -> Dependents:
     """Who depends on what in the plugin, patches and registrations included."""
     code = scope.code
-    overrides = find_overrides(code, override_facts(session.store, code, frozenset({LOCAL_ROOT})), None)
+    packages = frozenset({scope.trees.package.name})
+    overrides = find_overrides(code, override_facts(session.store, code, packages), None)
     return Dependents(code, scope.pairs, overrides)
 
 

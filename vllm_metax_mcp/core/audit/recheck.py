@@ -32,7 +32,12 @@ class Matrix:
 def matrix(session: AuditSession, scope: Scope) -> Matrix:
     bases = matrix_bases(session.upstream.repo, scope.bases)
     rows, gaps = difference_matrix(
-        scope.trees, scope.pairs, plugin_facts(session.plugin), session.cache, bases.closest, bases.releases
+        scope.trees,
+        scope.pairs,
+        plugin_facts(session.plugin, scope.trees.package.name),
+        session.cache,
+        bases.closest,
+        bases.releases,
     )
     return Matrix(rows, gaps)
 

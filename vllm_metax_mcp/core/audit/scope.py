@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ..code.codebase import Codebase
 from ..compare.pairing import build_trees, pair_files
-from ..compare.pairs import LOCAL_ROOT, Pair, Trees
+from ..compare.pairs import Pair, Trees
 from ..compare.textdiff import StatsCache
 from ..foundation.errors import bad_input
 from .commits import Track
@@ -73,16 +73,17 @@ def resolve_bases(session: AuditSession, request: ScopeRequest, pairs: list[Pair
 def _codebase(session: AuditSession, trees: Trees) -> Codebase:
     """The plugin and target trees as one import graph."""
     return Codebase(
-        trees.index, {"plugin": session.plugin, "upstream": session.upstream}, frozenset({"vllm", LOCAL_ROOT})
+        trees.index,
+        {"plugin": session.plugin, "upstream": session.upstream},
+        frozenset({"vllm", trees.package.name}),
     )
 
 
 def resolve_scope(session: AuditSession, request: ScopeRequest) -> Scope:
     inputs = session.inputs
-    prefixes = sorted({f"{LOCAL_ROOT}/", *inputs.prefixes})
-    trees = build_trees(
-        session.plugin, session.upstream, session.cache, prefixes, [u for u in inputs.overrides.values() if u]
-    )
+    prefixes = sorted({inputs.package.root, *inputs.prefixes})
+    extra = [u for u in inputs.overrides.values() if u]
+    trees = build_trees(session.plugin, session.upstream, session.cache, inputs.package, prefixes, extra)
     pairs = pair_files(trees, inputs.local_files, inputs.overrides, inputs.registrations, judge_content=False).pairs
     bases = resolve_bases(session, request, pairs)
     code = _codebase(session, trees)

@@ -7,7 +7,6 @@ from ..code.module_index import ModuleRecord, RecordCache, module_name
 from ..foundation.errors import not_found
 from ..sources.subjects import Subject
 
-PLUGIN_ROOT = "vllm_metax"
 UPSTREAM_ROOT = "vllm"
 
 
@@ -40,12 +39,13 @@ def plugin_symbol(symbol: str, local: str, plugin: Subject, cache: RecordCache) 
     return f"{module}:{qualified}"
 
 
-def inventory_node(node: str, plugin: Subject, upstream: Subject, cache: RecordCache) -> str:
-    """A trace_dependency inventory row name that exists: a plugin or upstream module (and the
-    symbol it names, defined or re-exported there); third-party and stdlib boundaries as named."""
+def inventory_node(node: str, package: str, plugin: Subject, upstream: Subject, cache: RecordCache) -> str:
+    """A trace_dependency inventory row name that exists: a module of the plugin's `package` or of
+    upstream (and the symbol it names, defined or re-exported there); third-party and stdlib
+    boundaries as named."""
     module, _, symbol = node.partition(":")
     top = module.split(".")[0]
-    subject = plugin if top == PLUGIN_ROOT else upstream if top == UPSTREAM_ROOT else None
+    subject = plugin if top == package else upstream if top == UPSTREAM_ROOT else None
     if subject is None:
         return node
     record = module_record(subject, module, cache)

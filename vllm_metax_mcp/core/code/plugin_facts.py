@@ -2,8 +2,9 @@
 
 The difference matrix needs two facts the model files do not carry. Which platform class the plugin
 installs comes from the strings its package `__init__` hands vLLM (`register()` returns
-"vllm_metax.platform.MacaPlatform"), never from a class or file name; what that class answers for a
-predicate is known only where a method returns a constant. Which `torch.ops` the plugin registers
+"vllm_metax.platform.MacaPlatform"), never from a class or file name; the package is the one the
+call compares, passed in. What that class answers for a predicate is known only where a method
+returns a constant. Which `torch.ops` the plugin registers
 comes from its Python registrations, read by the same scanner trace_dependency uses
 (`op_scanners.scan_python`); native `TORCH_LIBRARY` blocks are not read here.
 """
@@ -19,9 +20,6 @@ from ..sources.subjects import Subject
 from .module_index import module_name
 from .op_scanners import PythonOpFacts, scan_python
 
-PLUGIN_ROOT = "vllm_metax"
-CLASS_PATH = re.compile(rf"^{PLUGIN_ROOT}(\.\w+)+$")
-
 
 @dataclass(frozen=True)
 class Answer:
@@ -31,6 +29,8 @@ class Answer:
 
 @dataclass
 class PluginFacts:
+    package: str
+    """The plugin's top-level package the facts were read from (`vllm_metax`)."""
     platform_class: str | None = None
     """`module:Class` of the platform the plugin installs, when its package `__init__` names one."""
     platform_evidence: FileEvidence | None = None
@@ -75,7 +75,8 @@ def _constant_returns(node: ast.ClassDef) -> dict[str, _ConstantReturn]:
 
 
 def _platform(subject: Subject, facts: PluginFacts, sources: dict[str, bytes]) -> None:
-    init = f"{PLUGIN_ROOT}/__init__.py"
+    init = f"{facts.package}/__init__.py"
+    class_path = re.compile(rf"^{re.escape(facts.package)}(\.\w+)+$")
     tree = _parse(sources[init]) if init in sources else None
     if tree is None:
         return
@@ -84,7 +85,7 @@ def _platform(subject: Subject, facts: PluginFacts, sources: dict[str, bytes]) -
         value = str(constant.value)
         owner, _, name = value.rpartition(".")
         path = modules.get(owner)
-        if not CLASS_PATH.match(value) or path is None:
+        if not class_path.match(value) or path is None:
             continue
         module = _parse(sources[path])
         target = next(
@@ -108,11 +109,11 @@ def _registrations(path: str, sha: str, source: bytes, facts: PluginFacts) -> No
         facts.ops.setdefault(site.op, FileEvidence(path=path, line=site.line, rev=sha))
 
 
-def plugin_facts(subject: Subject) -> PluginFacts:
-    """Read the plugin package once for its platform class and its op registrations."""
-    paths = [p for p in subject.list(f"{PLUGIN_ROOT}/") if p.endswith(".py")]
+def plugin_facts(subject: Subject, package: str) -> PluginFacts:
+    """Read the plugin package (`package/`) once for its platform class and its op registrations."""
+    paths = [p for p in subject.list(f"{package}/") if p.endswith(".py")]
     sources = subject.read_many(paths)
-    facts = PluginFacts()
+    facts = PluginFacts(package)
     _platform(subject, facts, sources)
     for path in paths:
         _registrations(path, subject.sha(path), sources[path], facts)

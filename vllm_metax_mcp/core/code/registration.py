@@ -6,6 +6,7 @@ import ast
 from dataclasses import dataclass
 
 from ..sources.subjects import Subject
+from .op_scanners import const_string
 
 
 @dataclass(frozen=True)
@@ -15,10 +16,6 @@ class Registration:
     symbol: str
     path: str
     line: int
-
-
-def _string(node: ast.AST) -> str | None:
-    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
 
 def plugin_registrations(subject: Subject, prefix: str = "") -> list[Registration]:
@@ -37,7 +34,7 @@ def plugin_registrations(subject: Subject, prefix: str = "") -> list[Registratio
                 continue
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
-            arch, target = _string(node.args[0]), _string(node.args[1])
+            arch, target = const_string(node.args[0]), const_string(node.args[1])
             if name != "register_model" or arch is None:
                 continue
             if target and ":" in target:
@@ -71,9 +68,9 @@ def upstream_registrations(subject: Subject, arch: str, prefix: str = "vllm/") -
             if not isinstance(node, ast.Dict):
                 continue
             for key, value in zip(node.keys, node.values, strict=True):
-                if key is None or _string(key) != arch or not isinstance(value, ast.Tuple) or len(value.elts) != 2:
+                if key is None or const_string(key) != arch or not isinstance(value, ast.Tuple) or len(value.elts) != 2:
                     continue
-                module, symbol = _string(value.elts[0]), _string(value.elts[1])
+                module, symbol = const_string(value.elts[0]), const_string(value.elts[1])
                 if module and symbol:
                     absolute = module if "." in module else ".".join([*package, module])
                     found.append(Registration(arch, absolute, symbol, path, key.lineno))

@@ -2,10 +2,11 @@
 
 Modules:
 
-- `inputs`: what a comparison starts from (the Python files under the paths, checked mapping
-  overrides, the files that register architectures) and how results name the upstream target.
-- `pairs`: both sides of a comparison (`Trees`) and the records pairing produces (`Pair`, `Rule`,
-  `Status`, `TargetOnly`, `Pairing`).
+- `inputs`: what a comparison starts from (the Python files under the paths, the plugin package
+  they lie in, checked mapping overrides, the files that register architectures) and how results
+  name the upstream target.
+- `pairs`: both sides of a comparison (`Trees`, the plugin's `PluginPackage`) and the records
+  pairing produces (`Pair`, `Rule`, `Status`, `TargetOnly`, `Pairing`).
 - `pairing`: the pairing rules in their order and `pair_files`, which runs them.
 - `pairing_context`: what the rules share (family layouts, the upstream symbol table, class bases).
 - `family`: the sub-directories of an upstream model family as an out-of-tree platform sees them.

@@ -1,14 +1,14 @@
 """The classes a MACA edit is proposed under, from the AST of the lines that differ between B and L.
 
 The rules, in order (the first that applies is the class, the others are listed in `also`):
-`maca_kernel` (a call bound to `vllm_metax.*`, an `mx_*` op, or a `torch.ops` op the plugin
-registers), `platform_predicate` (a platform `is_*` check the dispatch evaluation decides, e.g.
-`is_out_of_tree()`), `capability_predicate` (NVIDIA capability / architecture checks, answered
-from the plugin's platform class where its source shows a constant, else marked as needing MACA
-evidence), `dtype_path` (FP8/FP4 names on B's side with none on L's: a BF16/INT8 path that must
-not be overwritten to shrink the diff), `import_swap` (an import from `vllm_metax`); none applies:
-`unverified`. `upstream_change` and `obsolete_override` are decided from the versions, not the
-lines (`core/compare/matrix.py`).
+`maca_kernel` (a call bound to the plugin package, e.g. `vllm_metax.*`, an `mx_*` op, or a
+`torch.ops` op the plugin registers), `platform_predicate` (a platform `is_*` check the dispatch
+evaluation decides, e.g. `is_out_of_tree()`), `capability_predicate` (NVIDIA capability /
+architecture checks, answered from the plugin's platform class where its source shows a constant,
+else marked as needing MACA evidence), `dtype_path` (FP8/FP4 names on B's side with none on L's: a
+BF16/INT8 path that must not be overwritten to shrink the diff), `import_swap` (an import from the
+plugin package); none applies: `unverified`. `upstream_change` and `obsolete_override` are decided
+from the versions, not the lines (`core/compare/matrix.py`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from enum import Enum
 from ..code.dispatch import dotted, evaluate, platform_predicate
 from ..code.module_index import IndexedModule
 from ..code.plugin_facts import PluginFacts
-from .pairs import LOCAL_ROOT, EvidenceItem
+from .pairs import EvidenceItem, PluginPackage
 from .symdiff import Binding
 from .versions import ChangedLines, SourceView
 
@@ -53,6 +53,7 @@ class RuleContext:
     """What the rules read besides the differing lines."""
 
     facts: PluginFacts
+    package: PluginPackage
     bindings: dict[str, Binding]
     """Local names bound by imports from the plugin, copies of paired modules excluded."""
     plugin_modules: frozenset[str]
@@ -81,12 +82,12 @@ class _PrecisionName:
     text: str
 
 
-def plugin_bindings(module: IndexedModule, paired: Mapping[str, str]) -> dict[str, Binding]:
-    """Names the local module binds from `vllm_metax.*` modules that are not copies of upstream ones."""
+def plugin_bindings(module: IndexedModule, paired: Mapping[str, str], package: PluginPackage) -> dict[str, Binding]:
+    """Names the local module binds from the plugin package's modules that are not copies of upstream ones."""
     bound: dict[str, Binding] = {}
     for record in module.record.imports:
         target = module.absolute(record.module)
-        if record.branch == "not_taken" or not (target == LOCAL_ROOT or target.startswith(LOCAL_ROOT + ".")):
+        if record.branch == "not_taken" or not package.holds(target):
             continue
         if target in paired:
             continue
@@ -154,7 +155,7 @@ def _capability_predicate(local: SourceView, plus: list[int], facts: PluginFacts
                 evidence.append(answer.evidence)
                 told = f"the plugin's platform class {facts.platform_class} returns {answer.value!r}"
             else:
-                where = facts.platform_class or "no platform class named by vllm_metax/__init__.py"
+                where = facts.platform_class or f"no platform class named by {facts.package}/__init__.py"
                 told = f"needs MACA evidence: {where} shows no constant answer for {method}()"
             return Hit(DiffClass.CAPABILITY_PREDICATE, evidence, f"checks {name}(); {told}")
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and SM_STRING.match(node.value):
@@ -200,7 +201,7 @@ def _dtype_path(base: SourceView, minus: list[int], local: SourceView, plus: lis
     return Hit(DiffClass.DTYPE_PATH, evidence, why)
 
 
-def _import_swap(local: SourceView, plus: list[int], module: IndexedModule) -> Hit | None:
+def _import_swap(local: SourceView, plus: list[int], module: IndexedModule, package: PluginPackage) -> Hit | None:
     for node in local.at(plus):
         if isinstance(node, ast.ImportFrom):
             target = module.absolute("." * node.level + (node.module or ""))
@@ -208,7 +209,7 @@ def _import_swap(local: SourceView, plus: list[int], module: IndexedModule) -> H
             target = node.names[0].name
         else:
             continue
-        if target == LOCAL_ROOT or target.startswith(LOCAL_ROOT + "."):
+        if package.holds(target):
             return Hit(DiffClass.IMPORT_SWAP, [local.cite(node.lineno)], f"imports from {target}")
     return None
 
@@ -222,6 +223,6 @@ def classify(
         _platform_predicate(local, lines.plus),
         _capability_predicate(local, lines.plus, context.facts),
         _dtype_path(base, lines.minus, local, lines.plus),
-        _import_swap(local, lines.plus, module),
+        _import_swap(local, lines.plus, module, context.package),
     ]
     return [hit for hit in found if hit is not None]

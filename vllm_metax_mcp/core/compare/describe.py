@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..foundation.errors import bad_input
-from .pairs import LOCAL_ROOT, UPSTREAM_ROOT, Pair, PairFlag, Rule, Status, Trees, paired_modules
+from .pairs import UPSTREAM_ROOT, Pair, PairFlag, Rule, Status, Trees, paired_modules
 from .releases import FileReleases
 from .symdiff import ImportSwap, SymbolDiff, diff_extension, diff_symbols, import_swaps
 from .textdiff import LineStats, StatsCache, split_lines, unified_diff
@@ -79,7 +79,7 @@ class PairDescriber:
                 error = NO_SYMBOL_DIFF
             else:
                 diff = self._symbol_diff(pair)
-                swaps = import_swaps(mine, theirs, LOCAL_ROOT, UPSTREAM_ROOT, self.paired)
+                swaps = import_swaps(mine, theirs, self.trees.package.name, UPSTREAM_ROOT, self.paired)
         return PairReport(pair, flags, error, line_stats, diff, swaps, closest, per_release)
 
     def _texts(self, pair: Pair) -> tuple[bytes, bytes]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from ..sources.subjects import RevisionSubject
 from .family import SubdirKind
 from .pairing_context import PairingContext
-from .pairs import CLASSIC, FAMILIES, LOCAL_MODELS, LOCAL_ROOT, UPSTREAM_ROOT
+from .pairs import CLASSIC, FAMILIES, UPSTREAM_ROOT
 
 
 @dataclass(frozen=True)
@@ -35,18 +35,19 @@ class _ExpectedPlace:
 
 
 def _expected(context: PairingContext, local: str) -> _ExpectedPlace | None:
-    """Where a local file's path counterpart would be upstream (None outside `vllm_metax/`)."""
+    """Where a local file's path counterpart would be upstream (None outside the plugin's package)."""
+    package = context.trees.package
     family = context.local_family(local)
     if family:
-        within = local[len(LOCAL_MODELS) + len(family) + 1 :]
+        within = local[len(package.models) + len(family) + 1 :]
         return _ExpectedPlace(
             (f":(glob){FAMILIES}{family}/**/{posixpath.basename(within)}",), FAMILIES + family, within
         )
-    if local.startswith(LOCAL_MODELS):
-        inner = local[len(LOCAL_MODELS) :]
+    if local.startswith(package.models):
+        inner = local[len(package.models) :]
         return _ExpectedPlace((FAMILIES + inner, CLASSIC + inner), "", inner)
-    if local.startswith(LOCAL_ROOT + "/"):
-        rest = local[len(LOCAL_ROOT) + 1 :]
+    if local.startswith(package.root):
+        rest = local[len(package.root) :]
         return _ExpectedPlace((f"{UPSTREAM_ROOT}/{rest}",), UPSTREAM_ROOT, rest)
     return None
 

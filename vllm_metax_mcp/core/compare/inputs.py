@@ -1,5 +1,6 @@
-"""What a comparison of plugin files starts from: the files a call names, the caller's mapping overrides
-checked against them, and the files that register architectures (diff_model and audit_commits)."""
+"""What a comparison of plugin files starts from: the files a call names, the plugin package they lie
+in, the caller's mapping overrides checked against them, and the files that register architectures
+(diff_model and audit_commits)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from ..code.registration import RegisteringFile, registering_files
 from ..foundation.errors import bad_input, not_found
 from ..sources.environment import UpstreamMapping
 from ..sources.subjects import Subject, clean_path
+from .pairs import PluginPackage
 
 
 @dataclass(frozen=True)
@@ -18,6 +20,7 @@ class PairingInputs:
 
     local_files: list[str]
     prefixes: list[str]
+    package: PluginPackage
     overrides: Mapping[str, str | None]
     registrations: Mapping[str, RegisteringFile]
 
@@ -32,6 +35,32 @@ def python_files(plugin: Subject, paths: list[str]) -> list[str]:
             "pass paths such as vllm_metax/models/."
         )
     return found
+
+
+def plugin_package(plugin: Subject, prefixes: list[str]) -> PluginPackage:
+    """The top-level package the paths lie in: their first component, a Python package of the subject.
+
+    The paths are the evidence: a plugin keeps its forks in its own package (`vllm_ascend/models/`),
+    so the same-path, family and import-swap rules compare that package with `vllm/`. Paths outside
+    a package, or in several, are refused rather than guessed.
+    """
+    tops = sorted({prefix.split("/")[0] for prefix in prefixes})
+    if "" in tops:
+        raise bad_input(
+            "paths names the whole subject; pass paths inside the plugin's package, such as vllm_metax/models/."
+        )
+    for top in tops:
+        if f"{top}/__init__.py" not in plugin.entries():
+            raise bad_input(
+                f"paths lie in {top}, which is not a Python package of the {plugin.label} subject "
+                f"(no {top}/__init__.py); pass paths inside the plugin's package, such as vllm_metax/models/."
+            )
+    if len(tops) > 1:
+        raise bad_input(
+            f"paths span several top-level packages ({', '.join(tops)}); the compared files must lie in one "
+            "plugin package: pass the paths of one package per call."
+        )
+    return PluginPackage(tops[0])
 
 
 def checked_overrides(raw: Mapping[str, str | None], local_files: list[str]) -> dict[str, str | None]:
@@ -52,8 +81,9 @@ def pairing_inputs(plugin: Subject, paths: list[str], overrides: Mapping[str, st
     """The files a call compares and what pairs them besides the trees."""
     prefixes = [clean_path(p) for p in paths]
     local_files = python_files(plugin, paths)
+    package = plugin_package(plugin, prefixes)
     checked = checked_overrides(overrides, local_files)
-    return PairingInputs(local_files, prefixes, checked, registering_files(plugin, prefixes))
+    return PairingInputs(local_files, prefixes, package, checked, registering_files(plugin, prefixes))
 
 
 def target_label(upstream: Subject, mapping: UpstreamMapping) -> str:

@@ -31,7 +31,7 @@ from ..code.plugin_facts import PluginFacts
 from ..foundation.evidence import FileEvidence
 from ..sources.subjects import Subject
 from .classify import DiffClass, Hit, RuleContext, classify, plugin_bindings
-from .pairs import LOCAL_ROOT, UPSTREAM_ROOT, EvidenceItem, Pair, Rule, Status, Trees, paired_modules
+from .pairs import UPSTREAM_ROOT, EvidenceItem, Pair, PluginPackage, Rule, Status, Trees, paired_modules
 from .releases import FileReleases, Release
 from .symdiff import SymbolDiff, diff_extension, diff_symbols, import_swaps
 from .textdiff import split_lines
@@ -230,7 +230,8 @@ class _FileRows:
             self.maca_edit(symbol, upstream_symbol, change)
 
     def import_swaps(self, paired: Mapping[str, str]) -> None:
-        for swap in import_swaps(self.v.local_module, self.v.target_module, LOCAL_ROOT, UPSTREAM_ROOT, paired):
+        package = self.context.package.name
+        for swap in import_swaps(self.v.local_module, self.v.target_module, package, UPSTREAM_ROOT, paired):
             follows = "follows the paired copy of" if swap.paired else "routes to the plugin's own"
             why = f"{swap.name} {follows} {swap.local_module} instead of {swap.upstream_module}"
             evidence: list[EvidenceItem] = [self.local.cite(swap.line), self.target.cite(swap.upstream_line)]
@@ -268,10 +269,14 @@ class _FileRows:
 
 
 def file_rows(
-    versions: FileVersions, facts: PluginFacts, paired: Mapping[str, str], plugin_modules: frozenset[str]
+    versions: FileVersions,
+    facts: PluginFacts,
+    package: PluginPackage,
+    paired: Mapping[str, str],
+    plugin_modules: frozenset[str],
 ) -> list[MatrixRow]:
     """The rows of one changed pair (both sides parse)."""
-    context = RuleContext(facts, plugin_bindings(versions.local_module, paired), plugin_modules)
+    context = RuleContext(facts, package, plugin_bindings(versions.local_module, paired, package), plugin_modules)
     builder = _FileRows(versions, context)
     lines_local, lines_target = split_lines(versions.local.data), split_lines(versions.target.data)
     if versions.extends:
@@ -377,5 +382,5 @@ def difference_matrix(
             target,
             pair.extends if pair.rule is Rule.SUBCLASS else {},
         )
-        rows += file_rows(versions, facts, paired, plugin_modules)
+        rows += file_rows(versions, facts, trees.package, paired, plugin_modules)
     return rows, unknowns

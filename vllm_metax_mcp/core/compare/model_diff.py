@@ -103,7 +103,8 @@ def compare_models(
     """Pair the files under the request's paths with the upstream target and report its detail level."""
     inputs = pairing_inputs(plugin, request.paths, request.mapping_overrides)
     cache, stats = RecordCache(store), StatsCache(store)
-    trees = build_trees(plugin, upstream, cache, inputs.prefixes, [u for u in inputs.overrides.values() if u])
+    extra = [u for u in inputs.overrides.values() if u]
+    trees = build_trees(plugin, upstream, cache, inputs.package, inputs.prefixes, extra)
     pairing = pair_files(trees, inputs.local_files, inputs.overrides, inputs.registrations)
     releases, closest = _measure_releases(request.releases, policy, inputs, trees, cache, stats, pairing.pairs)
     labels = [r.label for r in releases]
@@ -126,7 +127,7 @@ def compare_models(
         target_only=page.target_only,
         diff=page.diff,
         releases=releases,
-        families=family_summaries(closest, rules, labels) if releases else [],
+        families=family_summaries(closest, rules, labels, trees.package) if releases else [],
         matrix=page.matrix,
         matrix_counts=page.matrix_counts,
         parse_errors=_parse_errors(trees, pairing, inputs.local_files),
@@ -186,7 +187,7 @@ def _matrix_page(compared: _Compared) -> _Page:
     """detail=matrix: the rows (of `file` only, when given), paged, with counts per class and the gaps met."""
     request, trees, pairs = compared.request, compared.trees, compared.pairing.pairs
     only = {find_pair(pairs, request.file).local} if request.file else None
-    facts = plugin_facts(trees.local)
+    facts = plugin_facts(trees.local, trees.package.name)
     rows, gaps = difference_matrix(trees, pairs, facts, compared.cache, compared.closest, compared.releases, only)
     page = paginate(
         rows,

@@ -5,8 +5,9 @@ its evidence (the dispatch import, the shared symbols, the class bases, the dele
 
 1. `override` — the caller's `mapping_overrides`.
 2. `registration` — a plugin module that registers architectures is the plugin's own (local_only).
-3. `same_path` — `vllm_metax/X` ↔ `vllm/X`; under `vllm_metax/models/` a family directory `F/` ↔
-   `vllm/models/F/`, a flat file ↔ `vllm/models/` or `vllm/model_executor/models/`.
+3. `same_path` — `<package>/X` ↔ `vllm/X` (the plugin's package, e.g. `vllm_metax`, as the call's
+   paths name it); under `<package>/models/` a family directory `F/` ↔ `vllm/models/F/`, a flat
+   file ↔ `vllm/models/` or `vllm/model_executor/models/`.
 4. `platform_branch` / `shared_dir` / `other_platform` — inside a family the plugin flattens
    upstream's platform directories. The family `__init__` dispatch, evaluated with every platform
    predicate false (`core/compare/family.py`), says which sub-directory is the out-of-tree platform's
@@ -41,14 +42,13 @@ from .pairing_context import PairingContext, UpstreamBase, shared_count
 from .pairs import (
     CLASSIC,
     FAMILIES,
-    LOCAL_MODELS,
-    LOCAL_ROOT,
     MODEL_DIRS,
     UPSTREAM_ROOT,
     Candidate,
     EvidenceItem,
     Pair,
     Pairing,
+    PluginPackage,
     Rule,
     Status,
     Trees,
@@ -116,17 +116,18 @@ class _Rules:
         return Pair(local, None, Rule.REGISTRATION, 1.0, evidence)
 
     def by_path(self, local: str) -> Pair | None:
-        if not local.startswith(LOCAL_ROOT + "/"):
+        package = self.trees.package
+        if not local.startswith(package.root):
             return None
-        rest = local[len(LOCAL_ROOT) + 1 :]
-        if local.startswith(LOCAL_MODELS):
+        rest = local[len(package.root) :]
+        if local.startswith(package.models):
             family = self.context.local_family(local)
             if family:
-                return self._family_match(local, family, local[len(LOCAL_MODELS) + len(family) + 1 :])
-            inner = local[len(LOCAL_MODELS) :]
-            options = [(FAMILIES + inner, LOCAL_MODELS, FAMILIES), (CLASSIC + inner, LOCAL_MODELS, CLASSIC)]
+                return self._family_match(local, family, local[len(package.models) + len(family) + 1 :])
+            inner = local[len(package.models) :]
+            options = [(FAMILIES + inner, package.models, FAMILIES), (CLASSIC + inner, package.models, CLASSIC)]
         else:
-            options = [(f"{UPSTREAM_ROOT}/{rest}", f"{LOCAL_ROOT}/", f"{UPSTREAM_ROOT}/")]
+            options = [(f"{UPSTREAM_ROOT}/{rest}", package.root, f"{UPSTREAM_ROOT}/")]
         for upstream, mine, theirs in options:
             if upstream in self.trees.upstream_files:
                 evidence: list[EvidenceItem] = [
@@ -141,7 +142,7 @@ class _Rules:
         if f"{root}/{within}" in self.trees.upstream_files:
             evidence: list[EvidenceItem] = [
                 self.context.cite(f"{root}/{within}", 1),
-                _note(f"same path under {LOCAL_MODELS}{family}/ and {root}/"),
+                _note(f"same path under {self.trees.package.models}{family}/ and {root}/"),
             ]
             return Pair(local, f"{root}/{within}", Rule.SAME_PATH, 0.95, evidence)
         layout = self.context.layout(family)
@@ -273,14 +274,19 @@ class _Rules:
 
 
 def build_trees(
-    local: Subject, upstream: Subject, cache: RecordCache, prefixes: Iterable[str], extra: Iterable[str] = ()
+    local: Subject,
+    upstream: Subject,
+    cache: RecordCache,
+    package: PluginPackage,
+    prefixes: Iterable[str],
+    extra: Iterable[str] = (),
 ) -> Trees:
     """Index the plugin's `prefixes` and the whole upstream `vllm/` (plus `extra` upstream paths,
     e.g. override targets elsewhere): symbol and subclass rules search all of upstream."""
     index = ModuleIndex()
     index.add_tree("plugin", local, cache, prefixes)
     index.add_tree("upstream", upstream, cache, [UPSTREAM_ROOT + "/", *extra])
-    return Trees(local, upstream, index)
+    return Trees(local, upstream, index, package)
 
 
 def _status(pair: Pair, trees: Trees) -> Status:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from ..code.module_index import Definition, IndexedModule
 from ..foundation.evidence import FileEvidence
 from .family import FamilyLayout, family_layout
-from .pairs import FAMILIES, LOCAL_MODELS, UPSTREAM_ROOT, Trees
+from .pairs import FAMILIES, UPSTREAM_ROOT, Trees
 from .symdiff import strip_maca
 from .textdiff import line_profile, similarity
 
@@ -69,10 +69,11 @@ class PairingContext:
         return self.layouts[family]
 
     def local_family(self, local: str) -> str | None:
-        """The upstream family a local file's directory mirrors (`vllm_metax/models/F/...`)."""
-        if not local.startswith(LOCAL_MODELS):
+        """The upstream family a local file's directory mirrors (`<package>/models/F/...`)."""
+        models = self.trees.package.models
+        if not local.startswith(models):
             return None
-        family, _, within = local[len(LOCAL_MODELS) :].partition("/")
+        family, _, within = local[len(models) :].partition("/")
         return family if within and family in self.families else None
 
     def similarities(self, local: str, upstream: list[str]) -> dict[str, float]:

@@ -1,7 +1,9 @@
 """What a comparison pairs: both sides (`Trees`) and the records pairing produces (`Pair`, `Pairing`).
 
-The plugin keeps its code under `vllm_metax/`, upstream under `vllm/`; upstream model files lie in
-family directories `vllm/models/<family>/` (newer families) or flat in `vllm/model_executor/models/`.
+The plugin keeps its code under its own top-level package (`PluginPackage`: `vllm_metax/`,
+`vllm_ascend/`, decided from the paths a call compares), upstream under `vllm/`; upstream model
+files lie in family directories `vllm/models/<family>/` (newer families) or flat in
+`vllm/model_executor/models/`.
 """
 
 from __future__ import annotations
@@ -15,14 +17,37 @@ from ..code.module_index import IndexedModule, ModuleIndex, module_name
 from ..foundation.evidence import CommitEvidence, FileEvidence, NoteEvidence
 from ..sources.subjects import Subject
 
-LOCAL_ROOT = "vllm_metax"
 UPSTREAM_ROOT = "vllm"
-LOCAL_MODELS = f"{LOCAL_ROOT}/models/"
 FAMILIES = f"{UPSTREAM_ROOT}/models/"
 CLASSIC = f"{UPSTREAM_ROOT}/model_executor/models/"
 MODEL_DIRS = (FAMILIES, CLASSIC)
 
 EvidenceItem = FileEvidence | CommitEvidence | NoteEvidence
+
+
+@dataclass(frozen=True)
+class PluginPackage:
+    """The plugin's top-level package, the local side of every path rule (`vllm_metax/X` <-> `vllm/X`).
+
+    Decided once per call from the paths it compares (`core/compare/inputs.py`), never assumed:
+    another vendor's plugin (`vllm_ascend`, `vllm_gcu`) keeps its forks under its own package.
+    """
+
+    name: str
+
+    @property
+    def root(self) -> str:
+        """`<package>/`, the prefix of every plugin file."""
+        return f"{self.name}/"
+
+    @property
+    def models(self) -> str:
+        """`<package>/models/`, where the plugin keeps its model files."""
+        return f"{self.name}/models/"
+
+    def holds(self, module: str) -> bool:
+        """Whether a dotted module name is the package or one of its sub-modules."""
+        return module == self.name or module.startswith(self.name + ".")
 
 
 class Rule(str, Enum):
@@ -110,11 +135,12 @@ class Pairing:
 
 @dataclass
 class Trees:
-    """Both sides of a comparison: the subjects and one module index over both."""
+    """Both sides of a comparison: the subjects, the plugin's package and one module index over both."""
 
     local: Subject
     upstream: Subject
     index: ModuleIndex
+    package: PluginPackage
     local_modules: dict[str, IndexedModule] = field(init=False)
     upstream_modules: dict[str, IndexedModule] = field(init=False)
     upstream_files: frozenset[str] = field(init=False)

@@ -25,7 +25,7 @@ from ..sources.git import Repository
 from ..sources.subjects import DirectorySubject, RevisionSubject, Subject
 from .inputs import PairingInputs
 from .pairing import build_trees, pair_files
-from .pairs import LOCAL_MODELS, Pair, Status
+from .pairs import Pair, PluginPackage, Status
 from .textdiff import StatsCache
 
 MAX_RELEASES = 12
@@ -62,7 +62,7 @@ class FileReleases:
 @dataclass(frozen=True)
 class FamilyReleases:
     family: str
-    """Local family directory, e.g. `vllm_metax/models/deepseek_v4/`."""
+    """Local family directory, e.g. `vllm_metax/models/deepseek_v4/` (under the plugin's package)."""
     files: dict[str, int]
     """Closest release -> number of the family's files it is closest for."""
     newest: str
@@ -111,7 +111,7 @@ def _directory(policy: Policy, label: str, tried_revision: bool) -> DirectorySub
 def release_pairs(local: Subject, release: Release, cache: RecordCache, inputs: PairingInputs) -> list[Pair]:
     """The plugin files paired against one release, by the target's rules (content flags skipped)."""
     extra = [u for u in inputs.overrides.values() if u and u in release.subject.entries()]
-    trees = build_trees(local, release.subject, cache, inputs.prefixes, extra)
+    trees = build_trees(local, release.subject, cache, inputs.package, inputs.prefixes, extra)
     return pair_files(trees, inputs.local_files, inputs.overrides, inputs.registrations, judge_content=False).pairs
 
 
@@ -149,20 +149,21 @@ def _texts(upstream: Subject, upstream_path: str, local: Subject, local_path: st
     return upstream.read(upstream_path), local.read(local_path)
 
 
-def family_of(local: str) -> str | None:
-    """The local family directory (`vllm_metax/models/<family>/`) a file lies in, if any."""
-    rest = local[len(LOCAL_MODELS) :] if local.startswith(LOCAL_MODELS) else ""
-    return f"{LOCAL_MODELS}{rest.split('/')[0]}/" if "/" in rest else None
+def family_of(local: str, package: PluginPackage) -> str | None:
+    """The local family directory (`<package>/models/<family>/`) a file lies in, if any."""
+    models = package.models
+    rest = local[len(models) :] if local.startswith(models) else ""
+    return f"{models}{rest.split('/')[0]}/" if "/" in rest else None
 
 
 def family_summaries(
-    files: Mapping[str, FileReleases], rules: Mapping[str, str], labels: list[str]
+    files: Mapping[str, FileReleases], rules: Mapping[str, str], labels: list[str], package: PluginPackage
 ) -> list[FamilyReleases]:
     """Per local family: how many files are closest to which release, per pairing rule, and who lags."""
     order = {label: position for position, label in enumerate(labels)}
     members: dict[str, list[FileReleases]] = {}
     for item in files.values():
-        family = family_of(item.local)
+        family = family_of(item.local, package)
         if family and item.closest:
             members.setdefault(family, []).append(item)
     summaries = []

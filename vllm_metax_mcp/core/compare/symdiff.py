@@ -4,8 +4,9 @@ Top-level functions, classes and assignments and `Class.method` are compared by 
 (docstrings, comments and blank lines ignored), so a reformatted comment is no change and a
 one-line edit in a method marks that method — not its whole class — as changed. Renames are
 recognised from the plugin's naming convention (`Maca<X>` for upstream `<X>`) or, failing that,
-from near-identical bodies. Import swaps are the same name bound from `vllm_metax.*` locally and
-from `vllm.*` upstream: the usual, intentional MetaX difference, reported apart from code changes.
+from near-identical bodies. Import swaps are the same name bound from the plugin package
+(`vllm_metax.*`) locally and from `vllm.*` upstream: the usual, intentional MetaX difference,
+reported apart from code changes.
 """
 
 from __future__ import annotations

@@ -6,8 +6,6 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from .errors import bad_input
-
 
 class FileEvidence(BaseModel):
     kind: Literal["file"] = "file"
@@ -46,12 +44,3 @@ Evidence = Annotated[
     FileEvidence | CommitEvidence | ToolResultEvidence | TestEvidence | ProbeEvidence | NoteEvidence,
     Field(discriminator="kind"),
 ]
-
-
-def require_checkable(items: list[Evidence]) -> None:
-    """A note may accompany evidence but never stands alone."""
-    if not any(item.kind != "note" for item in items):
-        raise bad_input(
-            "A decision needs at least one checkable evidence item (file, commit, tool_result, test or probe); "
-            "a note alone is not evidence."
-        )

@@ -125,7 +125,8 @@ class Policy:
         self.state_dir = real(path)
         self.protect(self.state_dir)
         self.outputs = outputs
-        self.tracked_files = tracked
+        if tracked is not None:  # a later call without one never switches the check off
+            self.tracked_files = tracked
 
     def to_spec(self) -> dict[str, Any]:
         """What a job worker needs to apply the overwrite rule again (`from_spec`), as plain JSON."""

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
 from .errors import ErrorCode, ToolFailure
 from .jobs import FINAL_STATES, HEARTBEAT_INTERVAL_S, Jobs
@@ -46,15 +46,8 @@ def _beat(path: Path, stop: threading.Event) -> None:
         stop.wait(HEARTBEAT_INTERVAL_S)
 
 
-MOVED_TARGETS = {
-    "vllm_metax_mcp.core.smoke:run_job": "vllm_metax_mcp.core.smoke.run:run_job",
-    "vllm_metax_mcp.core.trim_real:run_job": "vllm_metax_mcp.core.trim.real:run_job",
-}
-"""Job targets named before core/ was split into packages, so a job queued by an older server still runs."""
-
-
 def _resolve(target: str) -> Callable[[Any, Progress], Any]:
-    module_name, _, function_name = MOVED_TARGETS.get(target, target).partition(":")
+    module_name, _, function_name = target.partition(":")
     function: Callable[[Any, Progress], Any] = getattr(importlib.import_module(module_name), function_name)
     return function
 
@@ -64,9 +57,17 @@ def _payload(function: Callable[..., Any], args: Any) -> Any:
     and validated; a target that takes a plain dict gets the JSON as it is."""
     first = next(iter(inspect.signature(function).parameters), None)
     kind = typing.get_type_hints(function).get(first) if first else None
-    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+    if not (isinstance(kind, type) and dataclasses.is_dataclass(kind)):
+        return args
+    try:
         return TypeAdapter(kind).validate_python(args)
-    return args
+    except ValidationError as exc:
+        raise ToolFailure(
+            ErrorCode.FAILED,
+            f"the job's stored payload is not a {kind.__name__} of this server ({exc.error_count()} problem(s), "
+            f"first at {'.'.join(map(str, exc.errors()[0]['loc'])) or 'the top'}); it was queued by another "
+            "version of vllm-metax-mcp: start the call again.",
+        ) from None
 
 
 def _set_status(jobs: Jobs, job_id: str, **fields: Any) -> None:

@@ -154,19 +154,29 @@ class SmokeEvidence:
     entry: dict[str, str] | None = None
     equivalent_command: list[str] | None = None
     python_version: str | None = None
-    versions: dict[str, str | None] = field(default_factory=dict)
-    import_origins: dict[str, ModuleOrigin] = field(default_factory=dict)
+    versions: dict[str, str | None] | None = None
+    import_origins: dict[str, ModuleOrigin] | None = None
     subject: SubjectEvidence | None = None
-    log_tail: str = ""
-    errors: list[str] = field(default_factory=list)
+    log_tail: str | None = None
+    errors: list[str] | None = None
     finished_at: float | None = None
-    evidence_path: str = ""
+    evidence_path: str | None = None
     load_validated: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
-        record = asdict(self)
+        """The stored record: what the run got to, with no key for what it did not (an agent pays for
+        every null); request entries and import origins likewise name only what was found."""
+        record = without_unset(asdict(self))
         record["devices"] = self.devices.to_json() if self.devices else None
-        return record
+        record["requests"] = [without_unset(asdict(r)) for r in self.requests]
+        if self.import_origins is not None:
+            record["import_origins"] = {name: without_unset(asdict(o)) for name, o in self.import_origins.items()}
+        return without_unset(record)
+
+
+def without_unset(record: dict[str, Any]) -> dict[str, Any]:
+    """`record` without its None-valued keys."""
+    return {key: value for key, value in record.items() if value is not None}
 
 
 def read_log(path: Path) -> LogSummary:
@@ -197,7 +207,7 @@ def output_of(evidence: SmokeEvidence) -> dict[str, Any]:
         failed = [r for r in requests if not r.ok]
         shown = (failed + [r for r in requests if r.ok and r.mode == "first"])[:MAX_REQUESTS_IN_OUTPUT]
     record = evidence.to_json()
-    output = {name: record[name] for name in OUTPUT_FIELDS if record[name] is not None}
-    output["requests"] = [asdict(r) for r in shown]
+    output = {name: record[name] for name in OUTPUT_FIELDS if name in record}
+    output["requests"] = [without_unset(asdict(r)) for r in shown]
     output["requests_total"] = len(requests)
     return output

@@ -43,8 +43,7 @@ from .plan import SmokePlan
 from .processes import SMOKE_MARKER_ENV, exit_status, free_port, stop_server
 
 JOB_TARGET = "vllm_metax_mcp.core.smoke.run:run_job"
-"""`run_job` as a job names it (a job queued before core/ was split names `core.smoke:run_job`, which the
-worker maps here)."""
+"""`run_job` as a job names it."""
 WRAPPER = script_path("serve_wrapper")
 NO_ENGINE_EXIT = 3
 """The wrapper's exit status when the interpreter has no vLLM server (serve_wrapper.py runs

@@ -5,7 +5,7 @@ review or upgrade runs against — probed once, confirmed once, reused while unc
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -387,8 +387,20 @@ def record_key(repo: Repository) -> str:
 
 
 def load_record(store: StateStore, repo: Repository) -> EnvironmentRecord | None:
+    """The stored record, or None; a record that is not one this server can read (edited by hand, cut
+    short) is a precise failure saying how to make a new one."""
     data = store.read(record_key(repo))
-    return EnvironmentRecord.from_json(data) if data is not None else None
+    if data is None:
+        return None
+    try:
+        return EnvironmentRecord.from_json(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        problem = f"no {exc.args[0]!r} entry" if isinstance(exc, KeyError) else type(exc).__name__
+        raise ToolFailure(
+            ErrorCode.FAILED,
+            f"The environment record of this plugin repository cannot be read ({problem}); make a new one with "
+            "environment(action=establish, ...), then confirm it.",
+        ) from None
 
 
 def save_record(store: StateStore, repo: Repository, record: EnvironmentRecord) -> None:
@@ -430,3 +442,55 @@ def require_confirmed_target(record: EnvironmentRecord | None, override: Upstrea
             "This call names a different upstream or target than the confirmed one: establish and confirm it first.",
         )
     return confirmation
+
+
+@dataclass(frozen=True)
+class EstablishRequest:
+    """What an establish call names: the plugin repository and subject, the upstream, the accepted interpreter."""
+
+    repo: Repository
+    subject_kind: SubjectKind
+    revision: str | None
+    upstream: UpstreamMapping | None
+    interpreter: AcceptedInterpreter
+
+
+def establish_record(
+    store: StateStore, request: EstablishRequest, open_subject: Callable[[RuntimeLocation], Subject]
+) -> EnvironmentRecord:
+    """Probe the interpreter once, open the subject (`installed` is where the probe found the plugin), and
+    store the new record; an unchanged upstream keeps its confirmation."""
+    repo = request.repo
+    probe_id, report = run_probe(request.interpreter.path, store)
+    installed = runtime_location(report)
+    subject = open_subject(installed)
+    record = EnvironmentRecord(
+        plugin_repo=str(repo.top),
+        subject=subject.label,
+        subject_kind=request.subject_kind,
+        revision=request.revision,
+        subject_tree_hash=subject.tree_hash(),
+        upstream=request.upstream,
+        python=str(request.interpreter.path),
+        python_accepted=request.interpreter,
+        probe_id=probe_id,
+        probe=report,
+        site_dirs=installed.site_dirs,
+        runtime_package_dir=installed.package_dir,
+        runtime_source=runtime_source(report, repo),
+        instruction_files=tuple(instruction_files(subject)),
+        confirmation=carry_confirmation(load_record(store, repo), request.upstream),
+        established_at=time.time(),
+        record_id=record_id(repo),
+    )
+    save_record(store, repo, record)
+    return record
+
+
+def confirm_record(
+    store: StateStore, repo: Repository, record: EnvironmentRecord, upstream: UpstreamMapping, by: ConfirmedBy
+) -> EnvironmentRecord:
+    """Record the confirmation of the record's upstream and target, and store it."""
+    confirmed = record.confirmed(confirmation_for(upstream, by))
+    save_record(store, repo, confirmed)
+    return confirmed

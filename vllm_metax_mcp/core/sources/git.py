@@ -88,7 +88,8 @@ class Repository:
 
     def read_objects(self, names: list[str]) -> list[GitObject | None]:
         """Many objects through one `git cat-file --batch` (no filters, no index access), in the order
-        named (a sha, or `revision:path`); None where the repository has no object by that name."""
+        named (a sha, or `revision:path`); None where the repository has no object by that name, a failure
+        where the name is ambiguous or the output unreadable."""
         if not names:
             return []
         raw = self.run("cat-file", "--batch", input=("\n".join(names) + "\n").encode())
@@ -98,12 +99,15 @@ class Repository:
             header_end = raw.index(b"\n", offset)
             header = raw[offset:header_end].decode(errors="replace")
             offset = header_end + 1
-            if header.endswith((" missing", " ambiguous")):
+            if header.endswith(" missing"):
                 found.append(None)
                 continue
-            _, kind, size = header.split()
-            found.append(GitObject(_object_kind(kind), raw[offset : offset + int(size)]))
-            offset += int(size) + 1
+            parts = header.split()
+            if len(parts) != 3 or not parts[2].isdigit():
+                raise ToolFailure(ErrorCode.FAILED, f"git cannot read object {header!r} as one object.")
+            size = int(parts[2])
+            found.append(GitObject(_object_kind(parts[1]), raw[offset : offset + size]))
+            offset += size + 1
         return found
 
     @property

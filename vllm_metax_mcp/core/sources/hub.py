@@ -10,6 +10,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from ..foundation.errors import bad_input, not_found
 from ..foundation.policy import Policy, hf_cache_dir
@@ -17,11 +18,14 @@ from ..foundation.policy import Policy, hf_cache_dir
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?$")
 
 
+ModelSource = Literal["directory", "hf_cache"]
+
+
 @dataclass(frozen=True)
 class ModelLocation:
     path: Path
     label: str
-    source: str  # "directory" | "hf_cache"
+    source: ModelSource
     revision: str | None = None
 
 

@@ -75,7 +75,7 @@ def _kind_source(kind: str, layout: Layout) -> str:
 
 
 def _array_decides(array: str, kind: str) -> bool:
-    """The arrays the kind builder reads kinds from (hfconfig: layer_types, *compress_ratios)."""
+    """The arrays the kind builder reads kinds from (checkpoint.kinds: layer_types, *compress_ratios)."""
     return (kind.startswith("attn:") and array == "layer_types") or (
         kind.startswith("compress:") and array.endswith("compress_ratios")
     )
