@@ -225,3 +225,7 @@ def test_a_record_cut_short_is_a_precise_failure_not_an_internal_error(workspace
     assert failed.value.code is ErrorCode.FAILED
     assert "cannot be read (no 'probe_id' entry)" in failed.value.message
     assert "environment(action=establish" in failed.value.message
+    # the way out the message names works: establish replaces the unreadable record
+    again = establish(workspace, make_venv(workspace["root"] / "venv"), target="v1")
+    assert again.record_exists and not again.confirmed
+    assert call(workspace, {"action": "show"}).probe_id == again.probe_id

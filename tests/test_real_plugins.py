@@ -5,11 +5,13 @@ The plugin keeps its forks in its own package, `vllm_ascend/`, not `vllm_metax/`
 compare the plugin's package with `vllm/` (same path, the family and platform-branch rules, the
 family's target-only list, import swaps) must take the package from the paths the call compares.
 Only pairs that evidence decides through those rules are asserted here; each assertion names the
-evidence in the real code (file:line). The snapshot is `<workspace>/shared/fixtures/plugins/`.
+evidence in the real code (file:line). The snapshots are the project's shared fixtures
+(`shared/fixtures/plugins/`, beside or inside the checkout, or where VLLM_METAX_MCP_SHARED points).
 """
 
 from __future__ import annotations
 
+import os
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -24,10 +26,24 @@ from vllm_metax_mcp.tools import diff_model as tool
 from vllm_metax_mcp.tools.dispatch import invoke
 from vllm_metax_mcp.tools.spec import Runtime, ToolEnv
 
-pytestmark = pytest.mark.slow
+ARCHIVE = "vllm-ascend-7662ec925a.tar.gz"
 
-PLUGINS = REPO_ROOT.parent / "shared" / "fixtures" / "plugins"
-ASCEND = PLUGINS / "vllm-ascend-7662ec925a.tar.gz"
+
+def shared_plugins() -> Path | None:
+    """Where the real plugin snapshots are: VLLM_METAX_MCP_SHARED, else a `shared/` folder in or beside
+    the checkout (the workspace keeps it beside; a device copy of the tree carries it inside)."""
+    named = os.environ.get("VLLM_METAX_MCP_SHARED")
+    candidates = [Path(named)] if named else [REPO_ROOT / "shared", REPO_ROOT.parent / "shared"]
+    found = [c / "fixtures" / "plugins" for c in candidates if (c / "fixtures" / "plugins" / ARCHIVE).is_file()]
+    return found[0] if found else None
+
+
+PLUGINS = shared_plugins()
+needs_snapshots = pytest.mark.skipif(
+    PLUGINS is None,
+    reason="the real plugin snapshots (shared/fixtures/plugins/) are not beside or inside this checkout; "
+    "point VLLM_METAX_MCP_SHARED at the shared folder",
+)
 MODELS = "vllm_ascend/models"
 MINIMAX = "vllm/models/minimax_m3"
 
@@ -37,7 +53,6 @@ def snapshot_repo(archive: Path, dest: Path) -> Path:
 
     Members are written one by one (plain files and directories with relative names only), which
     needs no extraction filter, so any Python >= 3.10 reads the archive the same way."""
-    assert archive.is_file(), f"{archive} is missing: the real-plugin snapshots live in ../shared/fixtures/plugins/"
     with tarfile.open(archive) as opened:
         members = opened.getmembers()
         (top,) = {Path(member.name).parts[0] for member in members}
@@ -70,12 +85,15 @@ def call(root: Path, upstream: Path, state: Path, **arguments: Any) -> Any:
 def ascend(tmp_path_factory: pytest.TempPathFactory, upstream_026: Path) -> dict[str, Any]:
     """One pairing of vllm_ascend/models/ against 0.26.0, with symbols (import swaps) for every pair."""
     root = tmp_path_factory.mktemp("real-plugins")
-    repo = snapshot_repo(ASCEND, root)
+    assert PLUGINS is not None
+    repo = snapshot_repo(PLUGINS / ARCHIVE, root)
     state = tmp_path_factory.mktemp("real-plugins-state")
     result = call(root, upstream_026, state, plugin_repo=str(repo), paths=[f"{MODELS}/"], detail="symbols", limit=500)
     return {"result": result, "pairs": {p.local: p for p in result.pairs}}
 
 
+@pytest.mark.slow
+@needs_snapshots
 def test_the_plugin_package_is_the_one_the_paths_lie_in(ascend: dict[str, Any]) -> None:
     pairs = ascend["pairs"]
     assert len(pairs) == ascend["result"].total == 16 and all(p.startswith(f"{MODELS}/") for p in pairs)
@@ -109,6 +127,8 @@ def test_the_plugin_package_is_the_one_the_paths_lie_in(ascend: dict[str, Any]) 
     )
 
 
+@pytest.mark.slow
+@needs_snapshots
 def test_import_swaps_name_the_plugin_modules(ascend: dict[str, Any]) -> None:
     # vllm_ascend/models/minimax_m3/__init__.py:3 and :11 import the two classes from the plugin's own
     # vllm_ascend.models.minimax_m3.minimax_m3 and .minimax_m3_vl, where upstream
@@ -124,6 +144,24 @@ def test_import_swaps_name_the_plugin_modules(ascend: dict[str, Any]) -> None:
     } <= swaps
 
 
+@pytest.mark.slow
+@needs_snapshots
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 20 mechanism 2: the package __init__ of a package copied from outside the family follows its "
+    "members' package (common/ops/), not the platform branch",
+)
+def test_a_copied_package_init_follows_its_members_package(ascend: dict[str, Any]) -> None:
+    # vllm_ascend/models/minimax_m3/ops/__init__.py holds the license header only; its members msa_m3_triton.py
+    # and msa_m3_npu.py take their kernels from upstream vllm/models/minimax_m3/common/ops/ (sparse_attn.py,
+    # index_topk.py), so the package maps to common/ops/ (tests/data/real_plugins/expected_pairs.json). Taking
+    # the package from the paths moved it from local_only to the platform branch's nvidia/ops/__init__.py.
+    ops_init = ascend["pairs"][f"{MODELS}/minimax_m3/ops/__init__.py"]
+    assert ops_init.upstream == f"{MINIMAX}/common/ops/__init__.py"
+
+
+@pytest.mark.slow
+@needs_snapshots
 def test_the_mirrored_family_lists_its_other_platform_directory(ascend: dict[str, Any]) -> None:
     # The plugin mirrors the family vllm/models/minimax_m3/ (vllm_ascend/models/minimax_m3/). Its dispatch takes
     # `.nvidia` when `TYPE_CHECKING or not current_platform.is_rocm()` (vllm/models/minimax_m3/__init__.py:16-21)
@@ -137,7 +175,15 @@ def test_the_mirrored_family_lists_its_other_platform_directory(ascend: dict[str
 def test_paths_outside_one_package_are_refused(tmp_path: Path) -> None:
     root = tmp_path / "root"
     repo = root / "plugin"
-    for path in ("pkg_a/__init__.py", "pkg_a/m.py", "pkg_b/__init__.py", "pkg_b/m.py", "loose/m.py"):
+    for path in (
+        "vllm/__init__.py",
+        "vllm/m.py",
+        "pkg_a/__init__.py",
+        "pkg_a/m.py",
+        "pkg_b/__init__.py",
+        "pkg_b/m.py",
+        "loose/m.py",
+    ):
         (repo / path).parent.mkdir(parents=True, exist_ok=True)
         (repo / path).write_text("X = 1\n")
     git(repo, "init", "-q")
@@ -150,6 +196,7 @@ def test_paths_outside_one_package_are_refused(tmp_path: Path) -> None:
         "several packages": (["pkg_a/", "pkg_b/m.py"], "paths span several top-level packages (pkg_a, pkg_b)"),
         "no package": (["loose/"], "paths lie in loose, which is not a Python package"),
         "whole subject": ([""], "paths names the whole subject"),
+        "upstream's own package": (["vllm/"], "upstream's own package"),
     }
     for case, (paths, message) in refusals.items():
         with pytest.raises(ToolFailure) as refused:

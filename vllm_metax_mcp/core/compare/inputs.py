@@ -11,7 +11,7 @@ from ..code.registration import RegisteringFile, registering_files
 from ..foundation.errors import bad_input, not_found
 from ..sources.environment import UpstreamMapping
 from ..sources.subjects import Subject, clean_path
-from .pairs import PluginPackage
+from .pairs import UPSTREAM_ROOT, PluginPackage
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ def python_files(plugin: Subject, paths: list[str]) -> list[str]:
     if not found:
         raise not_found(
             f"No Python files under {', '.join(paths)} in the {plugin.label} subject; "
-            "pass paths such as vllm_metax/models/."
+            "pass paths inside the plugin's package, such as vllm_metax/models/."
         )
     return found
 
@@ -60,6 +60,11 @@ def plugin_package(plugin: Subject, prefixes: list[str]) -> PluginPackage:
             f"paths span several top-level packages ({', '.join(tops)}); the compared files must lie in one "
             "plugin package: pass the paths of one package per call."
         )
+    if tops[0] == UPSTREAM_ROOT:
+        raise bad_input(
+            f"paths lie in {UPSTREAM_ROOT}/, the upstream's own package: the plugin's forks are compared from the "
+            "plugin's package (such as vllm_metax/models/), which must be named apart from upstream's."
+        )
     return PluginPackage(tops[0])
 
 
@@ -71,7 +76,7 @@ def checked_overrides(raw: Mapping[str, str | None], local_files: list[str]) -> 
         if path not in local_files:
             raise bad_input(
                 f"mapping_overrides names {local}, which is not a Python file under paths; "
-                "use a path from a summary call."
+                "name a file the paths hold (a pair's `local`)."
             )
         checked[path] = clean_path(upstream) if upstream else None
     return checked

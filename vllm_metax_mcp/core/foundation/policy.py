@@ -125,7 +125,7 @@ class Policy:
         self.state_dir = real(path)
         self.protect(self.state_dir)
         self.outputs = outputs
-        if tracked is not None:  # a later call without one never switches the check off
+        if tracked is not None:  # keeps a lister set earlier (without one, overwrite in a work tree is refused)
             self.tracked_files = tracked
 
     def to_spec(self) -> dict[str, Any]:

@@ -48,7 +48,14 @@ def _beat(path: Path, stop: threading.Event) -> None:
 
 def _resolve(target: str) -> Callable[[Any, Progress], Any]:
     module_name, _, function_name = target.partition(":")
-    function: Callable[[Any, Progress], Any] = getattr(importlib.import_module(module_name), function_name)
+    try:
+        function: Callable[[Any, Progress], Any] = getattr(importlib.import_module(module_name), function_name)
+    except (ImportError, AttributeError):
+        raise ToolFailure(
+            ErrorCode.FAILED,
+            f"this server has no job target {target}; the job was queued by another version of vllm-metax-mcp: "
+            "start the call again.",
+        ) from None
     return function
 
 

@@ -464,6 +464,10 @@ def establish_record(
     probe_id, report = run_probe(request.interpreter.path, store)
     installed = runtime_location(report)
     subject = open_subject(installed)
+    try:
+        previous = load_record(store, repo)
+    except ToolFailure:  # an unreadable record is what establish replaces; it confirms nothing
+        previous = None
     record = EnvironmentRecord(
         plugin_repo=str(repo.top),
         subject=subject.label,
@@ -479,7 +483,7 @@ def establish_record(
         runtime_package_dir=installed.package_dir,
         runtime_source=runtime_source(report, repo),
         instruction_files=tuple(instruction_files(subject)),
-        confirmation=carry_confirmation(load_record(store, repo), request.upstream),
+        confirmation=carry_confirmation(previous, request.upstream),
         established_at=time.time(),
         record_id=record_id(repo),
     )

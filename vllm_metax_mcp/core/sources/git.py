@@ -96,7 +96,9 @@ class Repository:
         found: list[GitObject | None] = []
         offset = 0
         for _ in names:
-            header_end = raw.index(b"\n", offset)
+            header_end = raw.find(b"\n", offset)
+            if header_end < 0:
+                raise ToolFailure(ErrorCode.FAILED, "git cat-file ended before it described every object named.")
             header = raw[offset:header_end].decode(errors="replace")
             offset = header_end + 1
             if header.endswith(" missing"):
@@ -106,6 +108,8 @@ class Repository:
             if len(parts) != 3 or not parts[2].isdigit():
                 raise ToolFailure(ErrorCode.FAILED, f"git cannot read object {header!r} as one object.")
             size = int(parts[2])
+            if offset + size > len(raw):
+                raise ToolFailure(ErrorCode.FAILED, f"git cat-file ended inside object {parts[0]}.")
             found.append(GitObject(_object_kind(parts[1]), raw[offset : offset + size]))
             offset += size + 1
         return found
