@@ -124,6 +124,11 @@ class Candidate(BaseModel):
     shared_symbols: int
 
 
+class Alternative(BaseModel):
+    upstream: str
+    reason: str
+
+
 class PairResult(BaseModel):
     local: str
     upstream: str | None
@@ -133,11 +138,18 @@ class PairResult(BaseModel):
     flags: list[str] = Field(
         default_factory=list,
         description="content_matches_other, content_candidate, ambiguous, other_platform, unreferenced_dir, "
-        "conditional_branch, moved, parse_error.",
+        "conditional_branch, moved, name_only (same name, no shared top-level symbol), conflict (see "
+        "alternatives), parse_error.",
     )
     evidence: list[Evidence] = Field(default_factory=list)
     candidates: list[Candidate] = Field(
         default_factory=list, description="Alternatives content or a tie proposes; never decisive."
+    )
+    alternatives: list[Alternative] = Field(
+        default_factory=list, description="Counterparts other evidence names (another platform, another rule)."
+    )
+    merged_from: list[str] = Field(
+        default_factory=list, description="Other upstream files whose code the local file also carries."
     )
     stats: Stats | None = None
     symbols: Symbols | None = None
@@ -251,6 +263,8 @@ def _pair_result(report: PairReport) -> PairResult:
         flags=list(report.flags),
         evidence=list(pair.evidence),
         candidates=[Candidate(**vars(c)) for c in pair.candidates],
+        alternatives=[Alternative(**vars(a)) for a in pair.alternatives],
+        merged_from=list(pair.merged_from),
         stats=Stats(**vars(report.stats)) if report.stats else None,
         symbols=_symbols(report.symbols) if report.symbols else None,
         import_swaps=[ImportSwap(**vars(s)) for s in report.import_swaps],

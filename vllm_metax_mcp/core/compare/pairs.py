@@ -55,6 +55,7 @@ class Rule(str, Enum):
 
     OVERRIDE = "override"
     REGISTRATION = "registration"
+    REGISTRY = "registry"
     SAME_PATH = "same_path"
     PLATFORM_BRANCH = "platform_branch"
     SHARED_DIR = "shared_dir"
@@ -62,6 +63,8 @@ class Rule(str, Enum):
     RENAMED = "renamed"
     UPSTREAM_ORIGINAL = "upstream_original"
     SUBCLASS = "subclass"
+    IMPORT_SITE = "import_site"
+    PACKAGE = "package"
     HISTORY = "history"
     NONE = "none"
 
@@ -81,12 +84,22 @@ PairFlag = Literal[
     "unreferenced_dir",
     "conditional_branch",
     "moved",
+    "name_only",
+    "conflict",
     "parse_error",
 ]
 """What a reader of a pair should know besides its rule; `parse_error` is raised when a pair is reported."""
 
 TargetKind = Literal["family", "branch", "shared", "other_platform", "unreferenced", "directory"]
 """Where a target-only file lies: a family root, a family sub-directory by its kind, or a mapped directory."""
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """Another upstream file a different piece of evidence points to; shown, never chosen silently."""
+
+    upstream: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -109,7 +122,14 @@ class Pair:
     candidates: list[Candidate] = field(default_factory=list)
     extends: dict[str, str] = field(default_factory=dict)
     """Subclass pairs: local class -> the upstream class it extends."""
+    alternatives: list[Alternative] = field(default_factory=list)
+    merged_from: list[str] = field(default_factory=list)
+    """Other upstream files whose code the local file also carries (a merge of several)."""
     status: Status = Status.LOCAL_ONLY
+
+    def alternative(self, upstream: str, reason: str) -> None:
+        if upstream != self.upstream and all(a.upstream != upstream for a in self.alternatives):
+            self.alternatives.append(Alternative(upstream, reason))
 
     def flag(self, name: PairFlag, penalty: float) -> None:
         if name not in self.flags:
