@@ -15,6 +15,12 @@ def upstream_026() -> Path:
 
 
 @pytest.fixture(scope="session")
+def upstream_092() -> Path:
+    """Real upstream vLLM 0.9.2 source (the release vllm-gcu 7b5aaca941 targets). Mark users slow."""
+    return workbench.upstream_source("0.9.2")
+
+
+@pytest.fixture(scope="session")
 def upstream_033() -> Path:
     """Real upstream vLLM 0.33.0 source (directory containing ``vllm/``). Mark users slow."""
     return workbench.upstream_source("0.33.0")

@@ -146,7 +146,9 @@ PAIRING_026 = {
     f"{KERNELS}/mhc/__init__.py": ("vllm/model_executor/kernels/mhc/__init__.py", "same_path", "changed"),
     f"{KERNELS}/mhc/torch.py": ("vllm/model_executor/kernels/mhc/torch.py", "same_path", "changed"),
     "vllm_metax/models/__init__.py": (None, "registration", "local_only"),
-    "vllm_metax/models/deepseek_v2.py": ("vllm/model_executor/models/deepseek_v2.py", "same_path", "changed"),
+    # The plugin registers DeepseekV2ForCausalLM from vllm_metax.models.deepseek_v2 (the workspace's
+    # registrations), which upstream's registry.py maps to deepseek_v2: the registry decides, the path agrees.
+    "vllm_metax/models/deepseek_v2.py": ("vllm/model_executor/models/deepseek_v2.py", "registry", "changed"),
     "vllm_metax/models/phi.py": ("vllm/model_executor/models/phi.py", "same_path", "changed"),
     f"{PKG}/__init__.py": (f"{V4}/__init__.py", "same_path", "changed"),
     f"{PKG}/attention.py": (f"{V4}/attention.py", "same_path", "changed"),
@@ -155,7 +157,9 @@ PAIRING_026 = {
     f"{PKG}/fused_qk_rmsnorm.py": (f"{V4}/common/ops/fused_qk_rmsnorm.py", "shared_dir", "identical"),
     f"{PKG}/maca_compressor.py": (f"{V4}/compressor.py", "subclass", "changed"),
     f"{PKG}/maca_utils.py": (None, "none", "local_only"),
-    f"{PKG}/model.py": (f"{V4}/nvidia/model.py", "platform_branch", "changed"),
+    # DeepseekV4ForCausalLM is registered from vllm_metax.models.deepseek_v4 (re-exported from .model); upstream's
+    # registry maps it to vllm.models.deepseek_v4, whose dispatch takes .nvidia.model for an out-of-tree platform.
+    f"{PKG}/model.py": (f"{V4}/nvidia/model.py", "registry", "changed"),
     f"{PKG}/mtp.py": (f"{V4}/nvidia/mtp.py", "platform_branch", "changed"),
     f"{PKG}/prepare_megamoe.py": (f"{V4}/nvidia/ops/prepare_megamoe.py", "platform_branch", "changed"),
     f"{PKG}/sparse_mla.py": (f"{V4}/sparse_mla.py", "same_path", "changed"),
@@ -185,7 +189,8 @@ def test_pairing_at_033_follows_moves_and_deletions_and_ignores_the_new_cpu_bran
         "vllm_metax/models/phi.py": ("vllm/model_executor/models/phi.py", "history", "removed"),
     }
     assert table(at_033) == expected
-    assert at_033.counts == {"changed": 13, "identical": 1, "local_only": 2, "removed": 1, "target_only": 399}
+    # 400: the renamed fused_qk_rmsnorm.py reaches into vllm/models/common/, whose __init__.py is listed too.
+    assert at_033.counts == {"changed": 13, "identical": 1, "local_only": 2, "removed": 1, "target_only": 400}
     pairs = by_local(at_033)
     for moved, old in ((f"{PKG}/fused_qk_rmsnorm.py", "common/ops"), (f"{PKG}/prepare_megamoe.py", "nvidia/ops")):
         assert pairs[moved].flags == ["moved"]
@@ -210,14 +215,19 @@ def test_platform_branch_evidence_cites_the_dispatch_line(
 ) -> None:
     result, tree = (at_026, workspace["026"]) if target == "v0.26.0" else (at_033, upstream_033)
     init = tree / V4 / "__init__.py"
-    model = by_local(result)[f"{PKG}/model.py"]
-    file_evidence, note = model.evidence
+    mtp = by_local(result)[f"{PKG}/mtp.py"]
+    file_evidence, note = mtp.evidence
     assert (file_evidence.path, file_evidence.line) == (f"{V4}/__init__.py", _dispatch_line(init, "nvidia"))
     assert file_evidence.rev == blob(init.read_bytes())
     assert "taken branch" in note.text and "not (current_platform.is_rocm())" in note.text
     assert ("is_cpu()" in note.text) is (target == "v0.33.0")
-    assert note.text.endswith("nvidia/model.py flattened to model.py")
-    assert by_local(result)[f"{PKG}/mtp.py"].upstream == f"{V4}/nvidia/mtp.py"
+    assert note.text.endswith("nvidia/mtp.py flattened to mtp.py")
+    # model.py defines the registered DeepseekV4ForCausalLM: the registry decides, and its evidence follows the
+    # same dispatch (the import of the class from .nvidia.model) to the file; the path rule agrees.
+    model = by_local(result)[f"{PKG}/model.py"]
+    assert (model.upstream, model.rule, model.flags) == (f"{V4}/nvidia/model.py", "registry", [])
+    cited = [(e.path, e.line) for e in model.evidence if e.kind == "file"]
+    assert (f"{V4}/__init__.py", _dispatch_line(init, "nvidia.model")) in cited
 
 
 def test_shared_directory_is_decided_by_imports_on_the_taken_path(at_026: Any, at_033: Any) -> None:
@@ -294,6 +304,8 @@ def test_symbol_diff_reports_renames_the_deleted_fp8_branch_and_import_swaps(at_
     assert ("DeepseekV4DecoderLayer", "vllm_metax.models.deepseek_v4.model", True) in mtp_swaps
     renamed = pairs[f"{PKG}/fused_inv_rope_quant.py"].symbols
     assert (renamed.added, renamed.removed, renamed.changed, renamed.renamed) == (["MACA_KEEP_BF16"], [], [], [])
+    # a verbatim copy: all 13 top-level symbols of upstream common/ops/cache_utils.py (from
+    # quantize_and_insert_k_kernel at :28 to _build_flashinfer_mixed_sparse_indices_kernel at :809) are unchanged
     assert pairs[f"{PKG}/cache_utils.py"].symbols.model_dump() == {
         "added": [],
         "removed": [],
@@ -301,6 +313,7 @@ def test_symbol_diff_reports_renames_the_deleted_fp8_branch_and_import_swaps(at_
         "renamed": [],
         "signatures": [],
         "bases": [],
+        "unchanged": 13,
     }
 
 
@@ -323,12 +336,14 @@ def test_subclassing_file_is_diffed_against_the_class_it_extends(at_026: Any) ->
 
 
 def test_content_similarity_raises_flags_but_never_decides(at_026: Any, at_033: Any) -> None:
+    # A name-only twin: the same path as upstream kernels/mhc/torch.py, none of its names (the symbol diff below
+    # removes both of them), the content of aiter.py (all 4 of its names).
     twin = by_local(at_026)[f"{KERNELS}/mhc/torch.py"]
     assert (twin.upstream, twin.rule, twin.flags, twin.confidence) == (
         "vllm/model_executor/kernels/mhc/torch.py",
         "same_path",
-        ["content_matches_other"],
-        0.65,
+        ["name_only", "content_matches_other"],
+        0.45,
     )
     assert [(c.upstream, c.similarity, c.shared_symbols) for c in twin.candidates] == [
         ("vllm/model_executor/kernels/mhc/torch.py", 0.4, 0),
@@ -350,33 +365,48 @@ def test_content_similarity_raises_flags_but_never_decides(at_026: Any, at_033: 
 
 
 def test_target_only_lists_the_mapped_directories_and_other_platforms_as_such(at_026: Any, at_033: Any) -> None:
-    listed = [(t.upstream, t.kind, t.files, t.guard) for t in at_026.target_only]
+    # Each file is listed with where it lies and why no plugin file pairs with it; a file a compared plugin file
+    # imports as it is keeps its own entry, with the importer (e.g. vllm_metax/models/deepseek_v4/model.py:21 imports
+    # kernels/mhc/tilelang.py, model.py:69 and :73 nvidia/flashinfer_sparse.py and flashmla.py).
+    listed = [(t.upstream, t.kind, t.reason, t.files, t.guard) for t in at_026.target_only]
     assert listed == [
-        ("vllm/model_executor/kernels/mhc/aiter.py", "directory", 1, None),
-        ("vllm/model_executor/kernels/mhc/tilelang.py", "directory", 1, None),
-        ("vllm/model_executor/kernels/mhc/tilelang_kernels.py", "directory", 1, None),
-        ("vllm/model_executor/kernels/mhc/triton.py", "directory", 1, None),
-        ("vllm/model_executor/models/", "directory", 288, None),
-        (f"{V4}/quant_config.py", "family", 1, None),
-        (f"{V4}/amd/", "other_platform", 5, "current_platform.is_rocm()"),
-        (f"{V4}/common/__init__.py", "shared", 1, None),
-        (f"{V4}/common/rope.py", "shared", 1, None),
-        (f"{V4}/common/ops/__init__.py", "shared", 1, None),
-        (f"{V4}/common/ops/fused_compress_quant_cache.py", "shared", 1, None),
-        (f"{V4}/common/ops/fused_indexer_q.py", "shared", 1, None),
-        (f"{V4}/common/ops/fused_mtp_input_rmsnorm.py", "shared", 1, None),
-        (f"{V4}/common/ops/save_partial_states.py", "shared", 1, None),
-        (f"{V4}/nvidia/__init__.py", "branch", 1, None),
-        (f"{V4}/nvidia/dspark.py", "branch", 1, None),
-        (f"{V4}/nvidia/flashinfer_sparse.py", "branch", 1, None),
-        (f"{V4}/nvidia/flashmla.py", "branch", 1, None),
-        (f"{V4}/nvidia/ops/__init__.py", "branch", 1, None),
-        (f"{V4}/nvidia/ops/dequant_gather_k_cutedsl.py", "branch", 1, None),
-        (f"{V4}/nvidia/ops/fused_indexer_q_cutedsl.py", "branch", 1, None),
-        (f"{V4}/nvidia/ops/o_proj.py", "branch", 1, None),
-        (f"{V4}/nvidia/ops/sparse_attn_compress_cutedsl.py", "branch", 1, None),
-        (f"{V4}/xpu/", "other_platform", 7, "not (current_platform.is_rocm()) and current_platform.is_xpu()"),
+        ("vllm/model_executor/kernels/mhc/aiter.py", "directory", "not_ported", 1, None),
+        ("vllm/model_executor/kernels/mhc/tilelang.py", "directory", "imported_by_local", 1, None),
+        ("vllm/model_executor/kernels/mhc/tilelang_kernels.py", "directory", "not_ported", 1, None),
+        ("vllm/model_executor/kernels/mhc/triton.py", "directory", "not_ported", 1, None),
+        ("vllm/model_executor/models/", "directory", "not_ported", 285, None),
+        ("vllm/model_executor/models/deepseek_mtp.py", "directory", "imported_by_local", 1, None),
+        ("vllm/model_executor/models/interfaces.py", "directory", "imported_by_local", 1, None),
+        ("vllm/model_executor/models/utils.py", "directory", "imported_by_local", 1, None),
+        (f"{V4}/quant_config.py", "family", "not_ported", 1, None),
+        (f"{V4}/amd/", "other_platform", "other_platform", 5, "current_platform.is_rocm()"),
+        (f"{V4}/common/__init__.py", "shared", "not_ported", 1, None),
+        (f"{V4}/common/rope.py", "shared", "imported_by_local", 1, None),
+        (f"{V4}/common/ops/__init__.py", "shared", "imported_by_local", 1, None),
+        (f"{V4}/common/ops/fused_compress_quant_cache.py", "shared", "not_ported", 1, None),
+        (f"{V4}/common/ops/fused_indexer_q.py", "shared", "not_ported", 1, None),
+        (f"{V4}/common/ops/fused_mtp_input_rmsnorm.py", "shared", "imported_by_local", 1, None),
+        (f"{V4}/common/ops/save_partial_states.py", "shared", "not_ported", 1, None),
+        (f"{V4}/nvidia/__init__.py", "branch", "not_ported", 1, None),
+        (f"{V4}/nvidia/dspark.py", "branch", "not_ported", 1, None),
+        (f"{V4}/nvidia/flashinfer_sparse.py", "branch", "imported_by_local", 1, None),
+        (f"{V4}/nvidia/flashmla.py", "branch", "imported_by_local", 1, None),
+        (f"{V4}/nvidia/ops/__init__.py", "branch", "not_ported", 1, None),
+        (f"{V4}/nvidia/ops/dequant_gather_k_cutedsl.py", "branch", "imported_by_local", 1, None),
+        (f"{V4}/nvidia/ops/fused_indexer_q_cutedsl.py", "branch", "not_ported", 1, None),
+        (f"{V4}/nvidia/ops/o_proj.py", "branch", "not_ported", 1, None),
+        (f"{V4}/nvidia/ops/sparse_attn_compress_cutedsl.py", "branch", "not_ported", 1, None),
+        (
+            f"{V4}/xpu/",
+            "other_platform",
+            "other_platform",
+            7,
+            "not (current_platform.is_rocm()) and current_platform.is_xpu()",
+        ),
     ]
+    by = {t.upstream: t.by for t in at_026.target_only}
+    assert by["vllm/model_executor/kernels/mhc/tilelang.py"] == "vllm_metax/models/deepseek_v4/model.py:21 (+1 file)"
+    assert by[f"{V4}/nvidia/flashmla.py"] == "vllm_metax/models/deepseek_v4/model.py:73"
     later = {t.upstream: t for t in at_033.target_only}
     assert later[f"{V4}/cpu/"].kind == "other_platform" and later[f"{V4}/cpu/"].files == 8
     assert later[f"{V4}/cpu/"].guard.endswith("current_platform.is_cpu()")

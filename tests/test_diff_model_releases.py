@@ -276,7 +276,9 @@ def test_a_family_whose_platform_files_lag_is_summarised_as_such(by_release: Any
     family = next(f for f in by_release.families if f.family == f"{PKG}/")
     assert family.newest == "v0.26.0"
     assert family.files == {"v0.24.0": 2, "v0.26.0": 3}
-    assert family.by_rule == {"platform_branch": ["v0.24.0"], "same_path": ["v0.26.0"]}
+    # model.py defines the registered DeepseekV4ForCausalLM (registry rule), flashinfer_sparse.py follows the
+    # platform branch; both lag at v0.24.0.
+    assert family.by_rule == {"platform_branch": ["v0.24.0"], "registry": ["v0.24.0"], "same_path": ["v0.26.0"]}
     assert family.lagging == [f"{PKG}/flashinfer_sparse.py", f"{PKG}/model.py"]
     assert [f.family for f in by_release.families] == [f"{PKG}/"]  # flat classic models form no family
 

@@ -11,6 +11,7 @@ evidence in the real code (file:line). The snapshots are the project's shared fi
 
 from __future__ import annotations
 
+import json
 import os
 import tarfile
 from pathlib import Path
@@ -27,6 +28,10 @@ from vllm_metax_mcp.tools.dispatch import invoke
 from vllm_metax_mcp.tools.spec import Runtime, ToolEnv
 
 ARCHIVE = "vllm-ascend-7662ec925a.tar.gz"
+GCU_ARCHIVE = "vllm-gcu-7b5aaca941.tar.gz"
+EXPECTED = json.loads((REPO_ROOT / "tests" / "data" / "real_plugins" / "expected_pairs.json").read_text())
+"""Per model file of both snapshots: the counterpart its evidence decides, read from the real code
+(tests/data/real_plugins/FINDINGS.md), with that evidence as file:line text."""
 
 
 def shared_plugins() -> Path | None:
@@ -92,6 +97,96 @@ def ascend(tmp_path_factory: pytest.TempPathFactory, upstream_026: Path) -> dict
     return {"result": result, "pairs": {p.local: p for p in result.pairs}}
 
 
+@pytest.fixture(scope="module")
+def gcu(tmp_path_factory: pytest.TempPathFactory, upstream_092: Path) -> dict[str, Any]:
+    """vllm_gcu/models/ (the `<name>/<name>.py` layout) against the 0.9.2 it pins (requirements.txt)."""
+    root = tmp_path_factory.mktemp("real-gcu")
+    assert PLUGINS is not None
+    repo = snapshot_repo(PLUGINS / GCU_ARCHIVE, root)
+    state = tmp_path_factory.mktemp("real-gcu-state")
+    result = call(
+        root, upstream_092, state, plugin_repo=str(repo), paths=["vllm_gcu/models/"], detail="symbols", limit=500
+    )
+    return {"result": result, "pairs": {p.local: p for p in result.pairs}}
+
+
+def _expected(snapshot: str) -> list[Any]:
+    return [pytest.param(snapshot, local, id=local) for local in EXPECTED[snapshot]["files"]]
+
+
+@pytest.mark.slow
+@needs_snapshots
+@pytest.mark.parametrize(("snapshot", "local"), _expected("vllm-ascend-7662ec925a") + _expected("vllm-gcu-7b5aaca941"))
+def test_every_model_file_pairs_as_its_evidence_says(snapshot: str, local: str, request: pytest.FixtureRequest) -> None:
+    """The counterpart (or one the table accepts), the files a merge also carries, and the conflicting
+    counterparts other evidence names: shown as alternatives or content candidates, never dropped."""
+    expected = EXPECTED[snapshot]["files"][local]
+    pair = request.getfixturevalue("gcu" if "gcu" in snapshot else "ascend")["pairs"][local]
+    evidence = expected.get("evidence", "")
+    assert pair.upstream in [expected["upstream"], *expected.get("acceptable", [])], evidence
+    if pair.upstream == expected["upstream"]:
+        assert set(expected.get("merged_from", [])) <= set(pair.merged_from), evidence
+    if expected.get("conflict"):
+        shown = {a.upstream for a in pair.alternatives} | {c.upstream for c in pair.candidates}
+        assert set(expected["alternatives"]) & shown, evidence
+    if expected["upstream"] is None:
+        assert pair.rule in ("registration", "none"), evidence
+
+
+@pytest.mark.slow
+@needs_snapshots
+def test_the_registry_names_the_counterpart_and_the_other_platforms(ascend: dict[str, Any]) -> None:
+    # vllm_ascend/models/__init__.py:5 registers DeepseekV4ForCausalLM with deepseek_v4:AscendDeepseekV4ForCausalLM;
+    # upstream's registry.py:94 maps it to vllm.models.deepseek_v4, whose __init__ imports it from .nvidia.model on
+    # the branch an out-of-tree platform takes (:27-32) and from .amd.model / .xpu.model under is_rocm() (:17) and
+    # is_xpu() (:23).
+    pair = ascend["pairs"][f"{MODELS}/deepseek_v4.py"]
+    assert (pair.upstream, pair.rule) == ("vllm/models/deepseek_v4/nvidia/model.py", "registry")
+    others = {a.upstream: a.reason for a in pair.alternatives}
+    assert {"vllm/models/deepseek_v4/amd/model.py", "vllm/models/deepseek_v4/xpu/model.py"} <= set(others)
+    assert "is_rocm()" in others["vllm/models/deepseek_v4/amd/model.py"]
+    cited = {(e.path, e.line) for e in pair.evidence if e.kind == "file"}
+    assert ("vllm_ascend/models/__init__.py", 5) in cited and ("vllm/model_executor/models/registry.py", 94) in cited
+    # deepseek_v4_mtp.py shares 3 of its 4 top-level names with model_executor/models/deepseek_mtp.py, which the
+    # symbol rule would pick; the registry (DeepSeekV4MTPModel, registry.py:631) decides and the other is shown.
+    mtp = ascend["pairs"][f"{MODELS}/deepseek_v4_mtp.py"]
+    assert mtp.upstream == "vllm/models/deepseek_v4/nvidia/mtp.py" and "conflict" in mtp.flags
+    assert "vllm/model_executor/models/deepseek_mtp.py" in {a.upstream for a in mtp.alternatives}
+
+
+@pytest.mark.slow
+@needs_snapshots
+def test_import_sites_pair_renamed_and_split_files(ascend: dict[str, Any], gcu: dict[str, Any]) -> None:
+    # minimax_m3.py:88-98 imports AscendMiniMaxM3Indexer, AscendMiniMaxM3SparseBackend, ... from .msa_m3 where its
+    # counterpart nvidia/model.py:73 imports MiniMaxM3Indexer from common.indexer and :79-83 MiniMaxM3SparseBackend
+    # from common.sparse_attention: msa_m3.py carries both (8 names of indexer.py, 6 of sparse_attention.py).
+    msa = ascend["pairs"][f"{MODELS}/minimax_m3/msa_m3.py"]
+    assert msa.upstream == f"{MINIMAX}/common/indexer.py"
+    assert f"{MINIMAX}/common/sparse_attention.py" in msa.merged_from
+    # vllm_gcu deepseek_v3.py:85 imports DeepseekV2MLAAttentionFusion from .deepseek_v3_fusion; its counterpart
+    # (registry.py:54 DeepseekV3ForCausalLM -> deepseek_v2) defines DeepseekV2MLAAttention: the file was split out.
+    fusion = gcu["pairs"]["vllm_gcu/models/deepseek_v3/deepseek_v3_fusion.py"]
+    assert (fusion.upstream, fusion.rule) == ("vllm/model_executor/models/deepseek_v2.py", "import_site")
+    assert ("vllm_gcu/models/deepseek_v3/deepseek_v3.py", 85) in {
+        (e.path, e.line) for e in fusion.evidence if e.kind == "file"
+    }
+
+
+@pytest.mark.slow
+@needs_snapshots
+def test_interface_bases_do_not_pair_a_file(gcu: dict[str, Any]) -> None:
+    # got_ocr2.py's classes extend BaseMultiModalProcessor (vllm/multimodal/processing.py) and SupportsMultiModal
+    # (model_executor/models/interfaces.py): framework interfaces, not model files; GOT-OCR2 is not in 0.9.2's
+    # registry, so the file is the plugin's own.
+    got = gcu["pairs"]["vllm_gcu/models/got_ocr2/got_ocr2.py"]
+    assert (got.upstream, got.rule) == (None, "none")
+    assert not [t for t in gcu["result"].target_only if t.upstream.startswith("vllm/multimodal/")]
+    # deepseek_moe_quant.py: every name carries the plugin's `Quant` prefix (QuantDeepseekMLP, ...), which stripped
+    # names deepseek.py's six top-level symbols.
+    quant = gcu["pairs"]["vllm_gcu/models/deepseek_moe_quant/deepseek_moe_quant.py"]
+    assert (quant.upstream, quant.rule) == ("vllm/model_executor/models/deepseek.py", "renamed")
+
+
 @pytest.mark.slow
 @needs_snapshots
 def test_the_plugin_package_is_the_one_the_paths_lie_in(ascend: dict[str, Any]) -> None:
@@ -117,14 +212,16 @@ def test_the_plugin_package_is_the_one_the_paths_lie_in(ascend: dict[str, Any]) 
 
     # vllm_ascend/models/qwen3_dspark.py:29 AscendQwen3DSparkForCausalLM extends Qwen3DSparkForCausalLM, imported
     # at :5 from vllm.model_executor.models.qwen3_dspark (defined at qwen3_dspark.py:95); the plugin registers
-    # Qwen3DSparkModel with it (vllm_ascend/models/__init__.py:22) as upstream's registry.py:610 does with
-    # qwen3_dspark. The same base name under vllm_ascend/models/ and vllm/model_executor/models/ decides it.
+    # Qwen3DSparkModel with it (vllm_ascend/models/__init__.py:22), which upstream's registry.py:610 maps to
+    # qwen3_dspark. The registry decides; the same base name under vllm_ascend/models/ and
+    # vllm/model_executor/models/ agrees, so there is no conflict.
     dspark = pairs[f"{MODELS}/qwen3_dspark.py"]
     assert (dspark.upstream, dspark.rule, dspark.status) == (
         "vllm/model_executor/models/qwen3_dspark.py",
-        "same_path",
+        "registry",
         "changed",
     )
+    assert "conflict" not in dspark.flags and not dspark.alternatives
 
 
 @pytest.mark.slow
@@ -146,18 +243,14 @@ def test_import_swaps_name_the_plugin_modules(ascend: dict[str, Any]) -> None:
 
 @pytest.mark.slow
 @needs_snapshots
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 20 mechanism 2: the package __init__ of a package copied from outside the family follows its "
-    "members' package (common/ops/), not the platform branch",
-)
 def test_a_copied_package_init_follows_its_members_package(ascend: dict[str, Any]) -> None:
     # vllm_ascend/models/minimax_m3/ops/__init__.py holds the license header only; its members msa_m3_triton.py
     # and msa_m3_npu.py take their kernels from upstream vllm/models/minimax_m3/common/ops/ (sparse_attn.py,
-    # index_topk.py), so the package maps to common/ops/ (tests/data/real_plugins/expected_pairs.json). Taking
-    # the package from the paths moved it from local_only to the platform branch's nvidia/ops/__init__.py.
+    # index_topk.py), so the package maps to common/ops/ (tests/data/real_plugins/expected_pairs.json). The path
+    # rule alone flattens it to the platform branch's nvidia/ops/__init__.py, which stays as the alternative.
     ops_init = ascend["pairs"][f"{MODELS}/minimax_m3/ops/__init__.py"]
-    assert ops_init.upstream == f"{MINIMAX}/common/ops/__init__.py"
+    assert (ops_init.upstream, ops_init.rule) == (f"{MINIMAX}/common/ops/__init__.py", "package")
+    assert f"{MINIMAX}/nvidia/ops/__init__.py" in {a.upstream for a in ops_init.alternatives}
 
 
 @pytest.mark.slow

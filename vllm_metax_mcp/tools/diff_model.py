@@ -19,7 +19,8 @@ from ..core.compare.model_diff import (
     ModelDiffRequest,
     compare_models,
 )
-from ..core.compare.pairs import Rule, TargetKind
+from ..core.compare.pairs import Rule, TargetKind, TargetReason
+from ..core.compare.pairs import TargetOnly as TargetOnlyEntry
 from ..core.compare.releases import MAX_RELEASES
 from ..core.compare.symdiff import RenameHow, SymbolDiff
 from ..core.foundation.errors import bad_input
@@ -72,9 +73,26 @@ class DiffModelInput(UpstreamArgs):
 
 
 class Stats(BaseModel):
+    """The line diff of a pair with a counterpart at the target; local_only and removed pairs have none."""
+
     added: int = Field(description="Lines only in the local file.")
     removed: int = Field(description="Lines only in the upstream file.")
     hunks: int = Field(description="Change blocks of a zero-context unified diff.")
+    local_lines: int = Field(
+        description="Lines of the local file (a last line without newline counts); local_lines - added == "
+        "upstream_lines - removed, the lines both share."
+    )
+    upstream_lines: int = Field(description="Lines of the upstream counterpart, counted the same way.")
+    symbols_unchanged: int | None = Field(
+        default=None,
+        description="Top-level symbols equal on both sides (Symbols.unchanged); null where a side is not a "
+        "module that parses.",
+    )
+    symbols_differing: int | None = Field(
+        default=None,
+        description="Top-level symbols the symbol diff lists (added, removed, changed, renamed, or with a "
+        "changed method, signature or base), each once; null as symbols_unchanged.",
+    )
 
 
 class RenamedSymbol(BaseModel):
@@ -105,10 +123,21 @@ class Symbols(BaseModel):
     renamed: list[RenamedSymbol] = Field(default_factory=list)
     signatures: list[SignatureChange] = Field(default_factory=list)
     bases: list[BaseChange] = Field(default_factory=list)
+    unchanged: int = Field(
+        description="Top-level symbols under the same name on both sides whose code is equal (docstrings, "
+        "comments, blank lines ignored; a class only when all its methods are); renamed ones are not counted.",
+    )
 
 
 class ImportSwap(BaseModel):
-    name: str
+    """The local import reads `from local_module import <local_name or name> as <local_alias or name>`, the
+    upstream one `from upstream_module import name as <upstream_alias or name>`; a module import
+    (`import m as x`) has m as its module and no name of its own."""
+
+    name: str = Field(
+        description="What upstream imports (the name before `as`), matched by the name bound or, aliases "
+        "followed, by the name imported; for an upstream `import m as x`, x."
+    )
     local_module: str
     upstream_module: str
     line: int = Field(description="Line of the local import.")
@@ -116,6 +145,11 @@ class ImportSwap(BaseModel):
         description="The local module is the pair of the upstream module (a copy follows its original)."
     )
     upstream_line: int = Field(description="Line of the upstream import.")
+    local_name: str | None = Field(
+        default=None, description="What the local import takes instead, where the plugin binds another name."
+    )
+    local_alias: str | None = Field(default=None, description="The name the local import binds, where not name.")
+    upstream_alias: str | None = Field(default=None, description="The name the upstream import binds, where not name.")
 
 
 class Candidate(BaseModel):
@@ -167,9 +201,22 @@ class PairResult(BaseModel):
 
 class TargetOnly(BaseModel):
     upstream: str = Field(description="A file, or a directory (trailing /) standing for `files` files.")
-    kind: TargetKind
+    kind: TargetKind = Field(
+        description="Where it lies: family (root), branch/shared/other_platform/unreferenced (family "
+        "sub-directory), directory (another directory a pair reaches into)."
+    )
+    reason: TargetReason = Field(
+        description="Why no plugin file pairs with it: imported_by_local (a compared plugin file imports it as it "
+        "is), other_platform, new_at_target (absent at its directory's base release; only with releases), "
+        "not_ported."
+    )
     files: int
     guard: str | None = Field(default=None, description="For other_platform: the dispatch condition that selects it.")
+    by: str | None = Field(
+        default=None,
+        description="imported_by_local: the first importing plugin path:line (+N other files); "
+        "new_at_target: the base release it is absent from.",
+    )
 
 
 class ReleaseInfo(BaseModel):
@@ -249,6 +296,7 @@ def _symbols(diff: SymbolDiff) -> Symbols:
         renamed=[RenamedSymbol(**vars(r)) for r in diff.renamed],
         signatures=[SignatureChange(**vars(s)) for s in diff.signatures],
         bases=[BaseChange(symbol=b.symbol, local=list(b.local), upstream=list(b.upstream)) for b in diff.bases],
+        unchanged=diff.unchanged,
     )
 
 
@@ -274,6 +322,12 @@ def _pair_result(report: PairReport) -> PairResult:
     )
 
 
+def _target_only(entry: TargetOnlyEntry) -> TargetOnly:
+    return TargetOnly(
+        upstream=entry.upstream, kind=entry.kind, reason=entry.reason, files=entry.files, guard=entry.guard, by=entry.by
+    )
+
+
 def _matrix_entry(row: MatrixRow) -> MatrixEntry:
     fields = vars(row) | {"also": [c.value for c in row.also], "evidence": list(row.evidence), "leads": list(row.leads)}
     return MatrixEntry(**fields)
@@ -292,11 +346,13 @@ def diff_model(args: DiffModelInput, env: ToolEnv) -> DiffModelOutput:
     """Pair every plugin model file with its true upstream counterpart and diff them by symbol.
 
     Pairing follows evidence, never a same-name guess: the caller's mapping_overrides, the plugin's
-    registration module (plugin-only), the same relative path, the platform branch the family's
-    upstream `__init__` dispatch gives an out-of-tree platform (platform and shared directories
-    flattened), shared top-level symbols (renamed files, upstream originals outside the model
-    directories), upstream class bases (subclassing files), and the upstream history (removed
-    counterparts). Content similarity only proposes candidates and raises flags. Each pair has a
+    registration module (plugin-only), the upstream registry entry of an architecture the file
+    registers, the same relative path, the platform branch the family's upstream `__init__` dispatch
+    gives an out-of-tree platform (platform and shared directories flattened), shared top-level
+    symbols (vendor affixes such as Maca dropped), upstream model-class bases, the import sites of
+    paired files, the package a file's siblings pair into, and the upstream history (renamed and
+    removed counterparts). Conflicting evidence is shown as alternatives; content similarity only proposes
+    candidates and raises flags. Each pair has a
     status, rule, confidence, evidence and line stats; detail=symbols adds the symbol diff and import
     swaps, detail=diff the paged unified diff of one file. target_only lists upstream files of the
     mapped directories nothing pairs with (other platforms' directories as such).
@@ -331,7 +387,7 @@ def diff_model(args: DiffModelInput, env: ToolEnv) -> DiffModelOutput:
         total=result.total,
         next_cursor=result.next_cursor,
         counts=result.counts,
-        target_only=[TargetOnly(**vars(t)) for t in result.target_only],
+        target_only=[_target_only(t) for t in result.target_only],
         diff=result.diff,
         releases=[ReleaseInfo(label=r.label, commit=r.commit) for r in result.releases],
         families=[FamilyRelease(**vars(f)) for f in result.families],

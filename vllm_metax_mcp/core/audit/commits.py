@@ -102,11 +102,14 @@ class Track:
 
     local: str
     paths: tuple[str, ...]
-    """The counterpart first, then (include_dependencies) the upstream modules it imports."""
+    """The counterpart first, then the other upstream files the local file carries (`merged`), then
+    (include_dependencies) the upstream modules they import."""
     base: str
     """Base commit: the range is base..target."""
     base_path: str | None = None
     """The counterpart's path at the base (from pairing there), when known."""
+    merged: int = 0
+    """How many of `paths` after the counterpart are files the local file also carries."""
 
 
 @dataclass

@@ -51,7 +51,7 @@ def file_counts(scope: Scope, listing: Listing, recorded: Recorded) -> list[File
                 rule=pair.rule.value,
                 base=scope.bases[pair.local].label if track else None,
                 followed=listing.followed.get(pair.local, []),
-                dependencies=len(track.paths) - 1 if track else 0,
+                dependencies=len(track.paths) - 1 - track.merged if track else 0,
                 commits=len(shas),
                 with_entry=done,
                 without_entry=len(shas) - done,

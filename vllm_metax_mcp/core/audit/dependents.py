@@ -1,7 +1,7 @@
 """Which plugin symbols depend on an upstream symbol, so an upstream commit names what it affects.
 
 Four ways a plugin symbol depends on upstream code: it is a *copy* (a definition of the same name,
-`Maca` prefix dropped, in the plugin file paired with the upstream file), a *subclass* (its class
+vendor affix such as `Maca` dropped, in the plugin file paired with the upstream file), a *subclass* (its class
 chain, resolved through imports, reaches the upstream class; `override` when it redefines the
 changed method), an *importer* (a plugin definition uses a name imported from there; a
 `module_importer` imports the module itself), or a *patch* / *registration* that replaces it
@@ -17,8 +17,8 @@ from typing import Literal
 from ..code.codebase import Codebase, Outcome, Ref
 from ..code.module_index import Definition, IndexedModule, module_name
 from ..code.overrides import Overrides, class_chain
+from ..compare.affixes import VendorAffixes
 from ..compare.pairs import Pair
-from ..compare.symdiff import strip_maca
 from .commits import IMPORT_PREFIX, WHOLE_MODULE, SymbolChange
 from .symbols import UPSTREAM_ROOT
 
@@ -56,8 +56,9 @@ def _upstream(name: str) -> bool:
 class Dependents:
     """Answers `of(module, qualified)` for upstream symbols named as at the target."""
 
-    def __init__(self, code: Codebase, pairs: list[Pair], found: Overrides) -> None:
+    def __init__(self, code: Codebase, pairs: list[Pair], found: Overrides, affixes: VendorAffixes) -> None:
         self.code = code
+        self.affixes = affixes
         self.found = found
         self.plugin = [m for m in code.index.modules.values() if m.side == "plugin"]
         self.copies: dict[str, list[IndexedModule]] = {}
@@ -140,7 +141,7 @@ class Dependents:
     def _copies(self, module: str, owner: str, member: str, add: Add) -> None:
         for local in self.copies.get(module, []):
             for definition in local.record.definitions:
-                if strip_maca(definition.name) != owner or definition.kind == "assignment" and member:
+                if self.affixes.upstream_name(definition.name) != owner or definition.kind == "assignment" and member:
                     continue
                 if not member:
                     add(f"{local.name}:{definition.name}", "copy")

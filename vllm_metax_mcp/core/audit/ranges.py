@@ -136,8 +136,10 @@ def file_tracks(
                 "pass base."
             )
             continue
-        followed = imports(pair.upstream) if imports else []
-        tracks.append(Track(pair.local, (pair.upstream, *followed), base.commit, base.path))
+        carried = [pair.upstream, *pair.merged_from]
+        followed = sorted({p for c in carried for p in imports(c)} - set(carried)) if imports else []
+        paths = (*carried, *followed)
+        tracks.append(Track(pair.local, paths, base.commit, base.path, merged=len(pair.merged_from)))
     return TrackedFiles(tracks, unknowns)
 
 

@@ -232,6 +232,7 @@ class RecordCache:
     """
 
     def __init__(self, store: StateStore, answers: Mapping[str, bool] | None = None) -> None:
+        self.store = store
         self.answers = dict(answers or {})
         salt = hashlib.sha1(json.dumps([RECORD_VERSION, sorted(self.answers.items())]).encode()).hexdigest()[:8]
         self.root = store.path(f"cache/pyindex/{salt}")

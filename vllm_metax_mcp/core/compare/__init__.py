@@ -9,6 +9,10 @@ Modules:
   pairing produces (`Pair`, `Rule`, `Status`, `TargetOnly`, `Pairing`).
 - `pairing`: the pairing rules in their order and `pair_files`, which runs them.
 - `pairing_context`: what the rules share (family layouts, the upstream symbol table, class bases).
+- `affixes`: the vendor affixes a plugin adds to the upstream names it forks, read from its names.
+- `registry_pairs`: the registry rule's evidence (registered architecture -> upstream module and file).
+- `import_sites`: the import-site rule (what paired files import pairs the modules they import from).
+- `packages`: package inference, `__init__` re-exports and name-only twins.
 - `family`: the sub-directories of an upstream model family as an out-of-tree platform sees them.
 - `history`: where a path counterpart was deleted upstream (the history rule).
 - `content`: content similarity after the rules: candidates and flags, never a decision.

@@ -1,7 +1,8 @@
 """Content judgement after the rules: similarity proposes candidates and raises flags, never decides.
 
-Each pair's pool is the upstream files sharing most of its top-level names, its counterpart, and
-the family files of the same base name; the upstream bytes of all pools are read once.
+Each pair's pool is the upstream files sharing most of its top-level names, its counterpart, the
+family files of the same base name and, for a name-only twin, its counterpart's siblings; the
+upstream bytes of all pools are read once.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ def _pool(context: PairingContext, pair: Pair) -> _Pool:
     paths = set(sorted(scores, key=lambda p: (-scores[p].rarity, p))[:POOL_SYMBOL_FILES])
     if pair.upstream in context.trees.upstream_files:
         paths.add(pair.upstream)
+    if "name_only" in pair.flags and pair.upstream:
+        directory = posixpath.dirname(pair.upstream)  # a twin's code most often comes from a sibling
+        paths.update(p for p in context.trees.upstream_files if posixpath.dirname(p) == directory)
     family = context.local_family(pair.local)
     if family:
         paths.update(p for p in context.families[family] if posixpath.basename(p) == posixpath.basename(pair.local))
@@ -50,6 +54,8 @@ def propose_content_matches(context: PairingContext, pairs: list[Pair]) -> None:
         if pool is None or not pool.paths:
             continue
         mine = line_profile(context.local_data[pair.local])
+        if not mine:
+            continue  # comments only (a license header): nothing to compare
         ranked = {p: round(similarity(mine, profiles[p]), 2) for p in pool.paths}
         best = max(sorted(ranked), key=lambda p: ranked[p])
         current = ranked.get(pair.upstream or "", 0.0)
@@ -63,6 +69,8 @@ def propose_content_matches(context: PairingContext, pairs: list[Pair]) -> None:
             known = {c.upstream for c in pair.candidates}
             proposed = Candidate(best, ranked[best], shared_count(pool.scores, best))
             pair.candidates += [c for c in (*chosen, proposed) if c.upstream not in known]
+        elif "name_only" in pair.flags and best != pair.upstream and ranked[best] > 0:
+            pair.candidates.append(Candidate(best, ranked[best], shared_count(pool.scores, best)))
         elif pair.upstream is None and ranked[best] >= CONTENT_PROPOSE_MIN:
             pair.flag("content_candidate", 0.0)
             pair.candidates = [Candidate(best, ranked[best], shared_count(pool.scores, best))]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..code.registration import RegisteringFile, registering_files
+from ..code.registration import RegisteringFile, Registration, plugin_registrations, registering_files
 from ..foundation.errors import bad_input, not_found
 from ..sources.environment import UpstreamMapping
 from ..sources.subjects import Subject, clean_path
@@ -23,6 +23,9 @@ class PairingInputs:
     package: PluginPackage
     overrides: Mapping[str, str | None]
     registrations: Mapping[str, RegisteringFile]
+    """The compared files that call `register_model` (plugin-only)."""
+    registered: list[Registration]
+    """Every `register_model` call of the plugin's package: the registry rule's evidence."""
 
 
 def python_files(plugin: Subject, paths: list[str]) -> list[str]:
@@ -88,7 +91,8 @@ def pairing_inputs(plugin: Subject, paths: list[str], overrides: Mapping[str, st
     local_files = python_files(plugin, paths)
     package = plugin_package(plugin, prefixes)
     checked = checked_overrides(overrides, local_files)
-    return PairingInputs(local_files, prefixes, package, checked, registering_files(plugin, prefixes))
+    registered = plugin_registrations(plugin, package.root)
+    return PairingInputs(local_files, prefixes, package, checked, registering_files(registered, prefixes), registered)
 
 
 def target_label(upstream: Subject, mapping: UpstreamMapping) -> str:

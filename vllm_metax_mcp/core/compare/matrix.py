@@ -242,9 +242,10 @@ class _FileRows:
                     f"{swap.name} is imported from {swap.local_module}, which the plugin does not have: "
                     "the import fails"
                 )
+            bound = swap.upstream_alias or swap.name  # the name upstream binds: audit_commits keys imports by it
             self.row(
-                f"{IMPORT_PREFIX}{swap.name}",
-                f"{IMPORT_PREFIX}{swap.name}",
+                f"{IMPORT_PREFIX}{bound}",
+                f"{IMPORT_PREFIX}{bound}",
                 "import_swap",
                 hits,
                 evidence,

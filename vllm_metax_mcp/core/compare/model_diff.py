@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from ..code.module_index import RecordCache
@@ -21,10 +21,11 @@ from .matrix import MatrixRow, difference_matrix
 from .pairing import build_trees, pair_files
 from .pairs import Pair, Pairing, TargetOnly, Trees
 from .releases import FamilyReleases, FileReleases, Release, closest_releases, family_summaries, resolve_releases
+from .target_only import with_new_at_target
 from .textdiff import StatsCache
 
 Detail = Literal["summary", "symbols", "releases", "matrix", "diff"]
-DEFAULT_LIMITS: dict[Detail, int] = {"summary": 20, "symbols": 5, "releases": 20, "matrix": 15, "diff": 200}
+DEFAULT_LIMITS: dict[Detail, int] = {"summary": 12, "symbols": 5, "releases": 20, "matrix": 15, "diff": 200}
 MAX_PAIRS = 500
 MAX_DIFF_LINES = 5000
 MAX_ROWS = 2000
@@ -105,8 +106,12 @@ def compare_models(
     cache, stats = RecordCache(store), StatsCache(store)
     extra = [u for u in inputs.overrides.values() if u]
     trees = build_trees(plugin, upstream, cache, inputs.package, inputs.prefixes, extra)
-    pairing = pair_files(trees, inputs.local_files, inputs.overrides, inputs.registrations)
+    pairing = pair_files(trees, inputs)
     releases, closest = _measure_releases(request.releases, policy, inputs, trees, cache, stats, pairing.pairs)
+    _moved_between_releases(pairing.pairs, closest)
+    if releases:
+        listed = with_new_at_target(pairing.target_only, pairing.pairs, releases, closest)
+        pairing = replace(pairing, target_only=listed)
     labels = [r.label for r in releases]
     describer = PairDescriber(trees, stats, pairing.pairs, closest, labels)
     compared = _Compared(request, trees, pairing, cache, releases, closest, describer)
@@ -136,6 +141,16 @@ def compare_models(
         cache_hits=cache.hits,
         parsed=cache.misses,
     )
+
+
+def _moved_between_releases(pairs: list[Pair], closest: dict[str, FileReleases]) -> None:
+    """A counterpart the same rules find elsewhere at another release (a registry or family that
+    moved) is named as an alternative with the release."""
+    for pair in pairs:
+        found = closest.get(pair.local)
+        for label, counterpart in found.counterparts.items() if found else ():
+            if pair.upstream and counterpart.path != pair.upstream:
+                pair.alternative(counterpart.path, f"the counterpart at release {label}")
 
 
 def _measure_releases(

@@ -6,14 +6,15 @@ read the same family layouts (evaluated on first use) and the same symbol table.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..code.module_index import Definition, IndexedModule
+from ..code.registration import Registration
 from ..foundation.evidence import FileEvidence
+from .affixes import VendorAffixes, discover_affixes
 from .family import FamilyLayout, family_layout
-from .pairs import FAMILIES, UPSTREAM_ROOT, Trees
-from .symdiff import strip_maca
+from .pairs import FAMILIES, MODEL_DIRS, UPSTREAM_ROOT, Trees
 from .textdiff import line_profile, similarity
 
 
@@ -41,11 +42,19 @@ class SymbolScore:
 class PairingContext:
     """The lookups every pairing step reads, over one pair of trees."""
 
-    def __init__(self, trees: Trees, local_data: Mapping[str, bytes], answers: Mapping[str, bool]) -> None:
+    def __init__(
+        self,
+        trees: Trees,
+        local_data: Mapping[str, bytes],
+        answers: Mapping[str, bool],
+        registered: Sequence[Registration] = (),
+    ) -> None:
         self.trees = trees
+        self.registered = list(registered)
         self.local_data = local_data
         self.answers = answers
         self.layouts: dict[str, FamilyLayout] = {}
+        self._fan_in: dict[str, int] | None = None
         self.families: dict[str, list[str]] = {}
         for path in sorted(trees.upstream_files):
             if path.startswith(FAMILIES) and path[len(FAMILIES) :].count("/"):
@@ -56,6 +65,44 @@ class PairingContext:
             for definition in module.record.definitions:
                 if definition.kind in ("function", "class") and not definition.name.startswith("__"):
                     self.symbols.setdefault(definition.name, {}).setdefault(module.path, definition.line)
+        self.registry: dict[str, list[Registration]] = {}
+        """Upstream's model registry: architecture -> its table entries whose module is a model module
+        (tables of tokenizers, renderers or configs name other modules)."""
+        for entry in trees.registry:
+            target = trees.index.get(entry.module)
+            if target is not None and target.side == "upstream" and target.path.startswith(MODEL_DIRS):
+                self.registry.setdefault(entry.arch, []).append(entry)
+        self.model_files = self._model_files()
+        local_names = [
+            (m.path, d.name)
+            for m in trees.local_modules.values()
+            for d in m.record.definitions
+            if d.kind in ("class", "function")
+        ]
+        self.affixes: VendorAffixes = discover_affixes(
+            local_names, self.symbols, [(r.arch, r.symbol) for r in self.registered]
+        )
+
+    def _model_files(self) -> frozenset[str]:
+        """Upstream files that hold models: the modules the registry names, and every family file."""
+        found = {p for p in self.trees.upstream_files if p.startswith(FAMILIES)}
+        for entries in self.registry.values():
+            for entry in entries:
+                module = self.trees.index.get(entry.module)
+                if module is not None:
+                    found.add(module.path)
+        return frozenset(found)
+
+    def base_fan_in(self, name: str) -> int:
+        """How many upstream files define a class extending a base called `name` (by its last part)."""
+        if self._fan_in is None:
+            users: dict[str, set[str]] = {}
+            for module in self.trees.upstream_modules.values():
+                for definition in module.record.definitions:
+                    for base in definition.bases if definition.kind == "class" else ():
+                        users.setdefault(base.split("[")[0].rpartition(".")[2], set()).add(module.path)
+            self._fan_in = {base: len(paths) for base, paths in users.items()}
+        return self._fan_in.get(name, 0)
 
     def cite(self, path: str, line: int, local: bool = False) -> FileEvidence:
         subject = self.trees.local if local else self.trees.upstream
@@ -81,7 +128,7 @@ class PairingContext:
         data = self.trees.upstream.read_many(upstream)
         return {path: round(similarity(mine, line_profile(data[path])), 2) for path in upstream}
 
-    def _bindings(self, module: IndexedModule) -> dict[str, str]:
+    def bindings(self, module: IndexedModule) -> dict[str, str]:
         """Import-bound names of a module -> the absolute dotted target they stand for."""
         bound: dict[str, str] = {}
         for record in module.record.imports:
@@ -100,7 +147,7 @@ class PairingContext:
 
     def upstream_bases(self, module: IndexedModule, definition: Definition) -> list[UpstreamBase]:
         """The bases of a local class that resolve to classes defined in the upstream tree."""
-        bindings = self._bindings(module)
+        bindings = self.bindings(module)
         refs = []
         for base in definition.bases:
             head, *rest = base.split("[")[0].split(".")
@@ -117,7 +164,7 @@ class PairingContext:
         return refs
 
     def local_names(self, local: str) -> dict[str, Definition]:
-        """Top-level functions and classes of a local file by upstream name (`Maca` dropped),
+        """Top-level functions and classes of a local file by upstream name (vendor affixes dropped),
         without classes that extend the upstream class of that name (an extension, not a copy)."""
         module = self.trees.local_modules.get(local)
         if module is None or module.record.error:
@@ -126,7 +173,7 @@ class PairingContext:
         for definition in module.record.definitions:
             if definition.kind not in ("function", "class") or definition.name.startswith("__"):
                 continue
-            name = strip_maca(definition.name)
+            name = self.affixes.upstream_name(definition.name)
             if definition.kind == "class" and any(b.symbol == name for b in self.upstream_bases(module, definition)):
                 continue
             names.setdefault(name, definition)

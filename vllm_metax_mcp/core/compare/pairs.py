@@ -14,8 +14,10 @@ from enum import Enum
 from typing import Literal
 
 from ..code.module_index import IndexedModule, ModuleIndex, module_name
+from ..code.registration import Registration
 from ..foundation.evidence import CommitEvidence, FileEvidence, NoteEvidence
 from ..sources.subjects import Subject
+from .affixes import VendorAffixes
 
 UPSTREAM_ROOT = "vllm"
 FAMILIES = f"{UPSTREAM_ROOT}/models/"
@@ -93,6 +95,10 @@ PairFlag = Literal[
 TargetKind = Literal["family", "branch", "shared", "other_platform", "unreferenced", "directory"]
 """Where a target-only file lies: a family root, a family sub-directory by its kind, or a mapped directory."""
 
+TargetReason = Literal["imported_by_local", "other_platform", "new_at_target", "not_ported"]
+"""Why a target-only file has no local counterpart: a plugin file imports it as it is, it is another
+platform's, it is absent at the base release of its directory, or none of these (not ported)."""
+
 
 @dataclass(frozen=True)
 class Alternative:
@@ -139,11 +145,20 @@ class Pair:
 
 @dataclass(frozen=True)
 class TargetOnly:
+    """Upstream files of a mapped directory no plugin file pairs with: one file, or a directory of them."""
+
     upstream: str
     """A file, or a directory (trailing `/`) standing for `files` files."""
     kind: TargetKind
+    reason: TargetReason
     files: int
     guard: str | None = None
+    """other_platform: the dispatch condition that selects the directory."""
+    by: str | None = None
+    """imported_by_local: the first importing `plugin path:line` (and how many other files import it);
+    new_at_target: the base release the files are absent from."""
+    members: tuple[str, ...] = ()
+    """The files the entry stands for (kept to split it again once the base releases are known)."""
 
 
 @dataclass(frozen=True)
@@ -151,6 +166,8 @@ class Pairing:
     pairs: list[Pair]
     target_only: list[TargetOnly]
     unknowns: list[str]
+    affixes: VendorAffixes = field(default_factory=VendorAffixes)
+    """The plugin's vendor affixes, read from its names (the symbol and dependents steps strip them too)."""
 
 
 @dataclass
@@ -161,6 +178,8 @@ class Trees:
     upstream: Subject
     index: ModuleIndex
     package: PluginPackage
+    registry: list[Registration] = field(default_factory=list)
+    """Upstream's registry table entries (architecture -> module, class)."""
     local_modules: dict[str, IndexedModule] = field(init=False)
     upstream_modules: dict[str, IndexedModule] = field(init=False)
     upstream_files: frozenset[str] = field(init=False)

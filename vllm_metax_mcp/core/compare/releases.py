@@ -112,7 +112,7 @@ def release_pairs(local: Subject, release: Release, cache: RecordCache, inputs: 
     """The plugin files paired against one release, by the target's rules (content flags skipped)."""
     extra = [u for u in inputs.overrides.values() if u and u in release.subject.entries()]
     trees = build_trees(local, release.subject, cache, inputs.package, inputs.prefixes, extra)
-    return pair_files(trees, inputs.local_files, inputs.overrides, inputs.registrations, judge_content=False).pairs
+    return pair_files(trees, inputs, judge_content=False).pairs
 
 
 def closest_releases(

@@ -5,8 +5,9 @@ Top-level functions, classes and assignments and `Class.method` are compared by 
 one-line edit in a method marks that method — not its whole class — as changed. Renames are
 recognised from the plugin's naming convention (`Maca<X>` for upstream `<X>`) or, failing that,
 from near-identical bodies. Import swaps are the same name bound from the plugin package
-(`vllm_metax.*`) locally and from `vllm.*` upstream: the usual, intentional MetaX difference,
-reported apart from code changes.
+(`vllm_metax.*`) locally and from `vllm.*` upstream, or the same name imported under another
+alias (`from … import A as B`): the usual, intentional MetaX difference, reported apart from
+code changes. Same-name symbols the comparison finds nothing in are counted as unchanged.
 """
 
 from __future__ import annotations
@@ -52,14 +53,28 @@ class BaseChange:
 
 @dataclass(frozen=True)
 class ImportSwap:
+    """One upstream import the local module takes from the plugin instead.
+
+    The local import reads `from local_module import (local_name or name) as (local_alias or name)`,
+    the upstream one `from upstream_module import name as (upstream_alias or name)`. A module import
+    (`import m as x`) has `m` as its module and no name of its own: upstream, `name` is then `x`.
+    """
+
     name: str
+    """What upstream imports (the name before `as`); for an upstream `import m as x`, x."""
     local_module: str
     upstream_module: str
     line: int
     paired: bool
     """The local module is itself paired with the upstream module in this comparison."""
     upstream_line: int
-    """Line of the upstream import of the same name."""
+    """Line of the upstream import."""
+    local_name: str | None = None
+    """What the local import takes instead of `name`, where the plugin binds another name in its place."""
+    local_alias: str | None = None
+    """The name the local import binds, where it is not `name`."""
+    upstream_alias: str | None = None
+    """The name the upstream import binds, where it is not `name`."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +103,20 @@ class SymbolDiff:
     renamed: list[Rename] = field(default_factory=list)
     signatures: list[SignatureChange] = field(default_factory=list)
     bases: list[BaseChange] = field(default_factory=list)
+    unchanged: int = 0
+    """Top-level symbols under the same name on both sides that the comparison found nothing in."""
+
+    def entries(self) -> int:
+        """How many differences are recorded, so a comparison can tell whether it found any."""
+        return len(self.added) + len(self.removed) + len(self.changed) + len(self.signatures) + len(self.bases)
+
+    def differing(self) -> int:
+        """Top-level symbols with any entry (their own or a method's), each counted once under its local name."""
+        local_of = {r.upstream: r.local for r in self.renamed}
+        owners = {entry.partition(".")[0] for entry in [*self.added, *self.changed]}
+        owners |= {local_of.get(owner, owner) for owner in (entry.partition(".")[0] for entry in self.removed)}
+        owners |= {r.local for r in self.renamed} | {b.symbol for b in self.bases}
+        return len(owners | {s.symbol.partition(".")[0] for s in self.signatures})
 
     def sort(self) -> SymbolDiff:
         self.added.sort()
@@ -135,6 +164,13 @@ def _compare_members(
             diff.signatures.append(SignatureChange(qualified, mine, theirs))
     if removed_too:
         diff.removed += [f"{upstream.name}.{m}" for m in upstream.members if m not in local.members]
+
+
+def _compare_same_name(local: Definition, upstream: Definition, diff: SymbolDiff) -> None:
+    """`_compare` of a symbol both sides define under one name, counted as unchanged where nothing differs."""
+    before = diff.entries()
+    _compare(local, upstream, diff)
+    diff.unchanged += diff.entries() == before
 
 
 def _compare(local: Definition, upstream: Definition, diff: SymbolDiff, local_name: str | None = None) -> None:
@@ -193,7 +229,7 @@ def diff_symbols(
     diff = SymbolDiff()
     mine, theirs = _by_name(local.definitions), _by_name(upstream.definitions)
     for name in sorted(set(mine) & set(theirs)):
-        _compare(mine[name], theirs[name], diff)
+        _compare_same_name(mine[name], theirs[name], diff)
     added = {n: d for n, d in mine.items() if n not in theirs}
     removed = {n: d for n, d in theirs.items() if n not in mine}
     for match in _renames(added, removed, local_lines, upstream_lines):
@@ -219,15 +255,26 @@ def diff_extension(local: ModuleRecord, upstream: ModuleRecord, extends: Mapping
             diff.renamed.append(Rename(definition.name, base.name, "subclass", 0.0))
             _compare_members(definition.name, definition, base, diff, removed_too=False)
         elif definition.name in theirs:
-            _compare(definition, theirs[definition.name], diff)
+            _compare_same_name(definition, theirs[definition.name], diff)
         else:
             diff.added.append(definition.name)
     return diff.sort()
 
 
-def _bindings(module: IndexedModule, root: str) -> dict[str, Binding]:
-    """Names bound by imports from `root` (or its sub-modules) -> the absolute module."""
-    bound: dict[str, Binding] = {}
+@dataclass(frozen=True)
+class _Bound:
+    """A name an import binds: `imported` (the name before `as`) from the absolute module `target`."""
+
+    name: str
+    imported: str | None
+    """None for `import target as name`."""
+    target: str
+    line: int
+
+
+def _bindings(module: IndexedModule, root: str) -> dict[str, _Bound]:
+    """Names bound by imports from `root` (or its sub-modules), by the name bound."""
+    bound: dict[str, _Bound] = {}
     for record in module.record.imports:
         if record.branch == "not_taken":
             continue
@@ -235,28 +282,55 @@ def _bindings(module: IndexedModule, root: str) -> dict[str, Binding]:
         if target != root and not target.startswith(root + "."):
             continue
         if record.names:
-            for _original, alias in record.names:
+            for original, alias in record.names:
                 if alias != "*":
-                    bound.setdefault(alias, Binding(target, record.line))
+                    bound.setdefault(alias, _Bound(alias, original, target, record.line))
         elif record.alias:
-            bound.setdefault(record.alias, Binding(target, record.line))
+            bound.setdefault(record.alias, _Bound(record.alias, None, target, record.line))
     return bound
+
+
+def _swapped(
+    local: IndexedModule, upstream: IndexedModule, local_root: str, upstream_root: str
+) -> list[tuple[_Bound, _Bound]]:
+    """(local, upstream) imports of one thing: the same name bound on both sides, else — aliases
+    followed — the same name imported, where the local module no longer binds upstream's name from vLLM."""
+    mine, theirs = _bindings(local, local_root), _bindings(upstream, upstream_root)
+    kept = _bindings(local, upstream_root)
+    found = [(mine[name], theirs[name]) for name in sorted(set(mine) & set(theirs))]
+    unbound: dict[str, _Bound] = {}
+    for name, binding in sorted(theirs.items()):
+        if binding.imported and name not in mine and name not in kept:
+            unbound.setdefault(binding.imported, binding)
+    for name, binding in sorted(mine.items()):
+        if binding.imported and name not in theirs and binding.imported in unbound:
+            found.append((binding, unbound.pop(binding.imported)))
+    return found
 
 
 def import_swaps(
     local: IndexedModule, upstream: IndexedModule, local_root: str, upstream_root: str, paired: Mapping[str, str]
 ) -> list[ImportSwap]:
-    """Names imported from the plugin locally where upstream imports the same name from vLLM.
+    """Names imported from the plugin locally where upstream imports the same one from vLLM.
 
     `paired` maps local module names to the upstream modules they are paired with, so a swap
     that merely follows a copied module (`.attention` -> `vllm_metax…attention`) is told apart
     from one that routes to a plugin override.
     """
-    theirs = _bindings(upstream, upstream_root)
     swaps = []
-    for name, mine in sorted(_bindings(local, local_root).items()):
-        if name in theirs:
-            original = theirs[name]
-            follows = paired.get(mine.target) == original.target
-            swaps.append(ImportSwap(name, mine.target, original.target, mine.line, follows, original.line))
-    return swaps
+    for mine, theirs in _swapped(local, upstream, local_root, upstream_root):
+        name = theirs.imported or theirs.name
+        swaps.append(
+            ImportSwap(
+                name,
+                mine.target,
+                theirs.target,
+                mine.line,
+                paired.get(mine.target) == theirs.target,
+                theirs.line,
+                local_name=mine.imported if mine.imported not in (None, name) else None,
+                local_alias=mine.name if mine.name != name else None,
+                upstream_alias=theirs.name if theirs.name != name else None,
+            )
+        )
+    return sorted(swaps, key=lambda s: (s.name, s.line))

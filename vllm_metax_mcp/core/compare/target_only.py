@@ -1,21 +1,38 @@
-"""The upstream files of the mapped directories that no plugin file pairs with.
+"""The upstream files of the mapped directories that no plugin file pairs with, and why.
 
-The mapped directories are the families the plugin mirrors and the other upstream directories a
-pair reaches into. Another platform's (or an unreferenced) family sub-directory is one entry, with
-the dispatch condition that selects it; so is any directory with more than `DIR_COLLAPSE` such files.
+The mapped directories are the families the plugin mirrors or a pair reaches into (every file of
+the family, by the kind of sub-directory it lies in) and the other upstream directories a pair
+reaches into. A file whose code a local file carries (`Pair.merged_from`) is not target-only.
+
+Each file gets a reason, apart from where it lies (its kind): `imported_by_local` when a compared
+plugin file imports it as it is (an import statement, `from pkg import submodule`, or a load by
+`import_from_path` / `importlib` whose path or name the file's literals decide; a load computed at
+run time is an unknown, never a guess), `other_platform` in another platform's directory,
+`new_at_target` when it is absent at its directory's base release (`with_new_at_target`, only when
+the call names releases), else `not_ported`. Another platform's or an unreferenced sub-directory is
+one entry per reason, with the dispatch condition that selects it; so are the files of one
+(directory, kind, reason) beyond `DIR_COLLAPSE`. An imported file is always its own entry, with its
+importer.
 """
 
 from __future__ import annotations
 
+import ast
 import posixpath
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
 
+from ..code.module_index import ImportRecord, IndexedModule, ModuleIndex
 from .family import SubdirKind
 from .pairing_context import PairingContext
-from .pairs import FAMILIES, Pair, TargetKind, TargetOnly
+from .pairs import FAMILIES, Pair, TargetKind, TargetOnly, TargetReason
+
+if TYPE_CHECKING:
+    from .releases import FileReleases, Release
 
 DIR_COLLAPSE = 8
-"""Target-only files of one directory beyond this count are reported as one directory entry."""
+"""Target-only files of one directory, kind and reason beyond this count are reported as one directory entry."""
 
 _SUBDIR_KIND: dict[SubdirKind, TargetKind] = {
     SubdirKind.BRANCH: "branch",
@@ -25,46 +42,413 @@ _SUBDIR_KIND: dict[SubdirKind, TargetKind] = {
 }
 _COLLAPSED: tuple[TargetKind, ...] = ("other_platform", "unreferenced")
 
+LoadKind = Literal["path", "module"]
+_LOADERS: dict[str, tuple[int, str, LoadKind]] = {
+    "import_from_path": (1, "file_path", "path"),
+    "spec_from_file_location": (1, "location", "path"),
+    "import_module": (0, "name", "module"),
+}
+"""Calls that load a module by file path or dotted name: (argument position, keyword, what it names)."""
+_MAX_DEPTH = 24
+
 
 @dataclass(frozen=True)
 class _Group:
     directory: str
     kind: TargetKind
-    guard: str | None
+    reason: TargetReason
+    guard: str | None = None
+    by: str | None = None
 
 
-def _family_groups(context: PairingContext, families: list[str], paired: set[str]) -> dict[_Group, list[str]]:
-    groups: dict[_Group, list[str]] = {}
+@dataclass(frozen=True)
+class Importer:
+    path: str
+    line: int
+
+
+@dataclass
+class LocalImports:
+    """The upstream files the compared plugin files import, and the loads no literal decides."""
+
+    importers: dict[str, list[Importer]] = field(default_factory=dict)
+    """Upstream path -> the plugin files (and lines) that import or load it."""
+    unknowns: list[str] = field(default_factory=list)
+
+    def add(self, upstream: str, path: str, line: int) -> None:
+        self.importers.setdefault(upstream, []).append(Importer(path, line))
+
+    def by(self, upstream: str) -> str | None:
+        """`path:line` of the first importer, and how many other plugin files import the file."""
+        found = self.importers.get(upstream)
+        if not found:
+            return None
+        first = min(found, key=lambda i: (i.path, i.line))
+        others = len({i.path for i in found}) - 1
+        return f"{first.path}:{first.line}" + (f" (+{others} file{'s' if others > 1 else ''})" if others else "")
+
+
+def _imported_modules(index: ModuleIndex, module: IndexedModule, record: ImportRecord) -> set[str]:
+    """The modules an import statement names: the module, or the submodules a from-import names."""
+    target = module.absolute(record.module)
+    if not record.names:
+        return {target}
+    named = {f"{target}.{name}" for name, _ in record.names if index.get(f"{target}.{name}") is not None}
+    if len(named) < len(record.names):
+        named.add(target)
+    return named
+
+
+def local_imports(context: PairingContext) -> LocalImports:
+    """The upstream files the compared plugin files import, by statement or by a literal load."""
+    found = LocalImports()
+    index = context.trees.index
+    for path, module in sorted(context.trees.local_modules.items()):
+        if path not in context.local_data:
+            continue  # indexed for its names and registrations, not compared
+        for record in module.record.imports:
+            for name in sorted(_imported_modules(index, module, record)):
+                target = index.get(name)
+                if target is not None and target.side == "upstream":
+                    found.add(target.path, path, record.line)
+        source = context.local_data.get(path)
+        if source is None or not any(loader.encode() in source for loader in _LOADERS):
+            continue
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError):
+            continue  # reported as the pair's parse error
+        _Loads(context, module, tree, found).scan()
+    return found
+
+
+@dataclass(frozen=True)
+class _Scope:
+    """The names an expression may use: a call site's values, or the scope's single assignments.
+
+    A name mapped to None is known to be unknown there (a parameter without a value, a name assigned
+    twice), so the lookup does not fall through to an outer scope that happens to bind it.
+    """
+
+    values: Mapping[str, str]
+    assigned: Mapping[str, ast.expr | None]
+    parent: _Scope | None = None
+
+
+def _own_nodes(node: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of a function or module body, without those of nested functions, classes and lambdas."""
+    for child in ast.iter_child_nodes(node):
+        yield child
+        if not isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+            yield from _own_nodes(child)
+
+
+def _assignments(node: ast.AST) -> dict[str, ast.expr | None]:
+    """Names bound once by a plain assignment (their value), or otherwise (None)."""
+    seen: dict[str, list[ast.expr | None]] = {}
+    plain: set[ast.AST] = set()
+    for child in _own_nodes(node):
+        if isinstance(child, ast.Assign) and len(child.targets) == 1 and isinstance(child.targets[0], ast.Name):
+            seen.setdefault(child.targets[0].id, []).append(child.value)
+            plain.add(child.targets[0])
+        elif isinstance(child, ast.AnnAssign) and isinstance(child.target, ast.Name) and child.value is not None:
+            seen.setdefault(child.target.id, []).append(child.value)
+            plain.add(child.target)
+        elif isinstance(child, ast.Name) and isinstance(child.ctx, ast.Store | ast.Del) and child not in plain:
+            seen.setdefault(child.id, []).append(None)
+    return {name: values[0] if len(values) == 1 else None for name, values in seen.items()}
+
+
+def _callee(func: ast.expr) -> str | None:
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+
+
+Function = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+class _Loads:
+    """The modules one plugin file loads by path or name, evaluated from its literals.
+
+    A path is followed through literals, f-strings, `+` and `/`, `Path(...)`, `os.path.join`,
+    `.parent`, `.resolve()` and `<module>.__file__` (an upstream module's file); names through single
+    assignments, and a function's parameters through the literal arguments of its calls in the file.
+    """
+
+    def __init__(self, context: PairingContext, module: IndexedModule, tree: ast.Module, found: LocalImports):
+        self.context, self.module, self.tree, self.found = context, module, tree, found
+        self.top = _Scope({}, _assignments(tree))
+        self.enclosing: dict[ast.AST, Function] = {}
+        self.bound: dict[str, str] = {}
+        """Import-bound names -> the dotted module they may stand for."""
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                for inner in _own_nodes(node):
+                    self.enclosing[inner] = node
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    name = alias.asname or alias.name.split(".")[0]
+                    self.bound.setdefault(name, alias.name if alias.asname else name)
+            elif isinstance(node, ast.ImportFrom):
+                base = module.absolute("." * node.level + (node.module or ""))
+                for alias in node.names:
+                    self.bound.setdefault(alias.asname or alias.name, f"{base}.{alias.name}")
+
+    def scan(self) -> None:
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Call) and (name := _callee(node.func)) in _LOADERS:
+                self._load(node, name)
+
+    def _scope(self, node: ast.AST, values: Mapping[str, str] | None = None) -> _Scope:
+        """The scope `node` lies in; a function's parameters take `values`, or are unknown."""
+        function = self.enclosing.get(node)
+        if function is None:
+            return self.top
+        assigned = _assignments(function) | {p: None for p in _parameters(function) if p not in (values or {})}
+        return _Scope(values or {}, assigned, self.top)
+
+    def _load(self, call: ast.Call, loader: str) -> None:
+        position, keyword, kind = _LOADERS[loader]
+        argument = next((k.value for k in call.keywords if k.arg == keyword), None)
+        if argument is None and len(call.args) > position and not isinstance(call.args[position], ast.Starred):
+            argument = call.args[position]
+        if argument is None:
+            return
+        values = [(self._eval(argument, self._scope(call)), call.lineno)]
+        function = self.enclosing.get(call)
+        if values[0][0] is None and function is not None:
+            values = [(self._eval(argument, self._scope(call, bound)), line) for bound, line in self._sites(function)]
+        resolved = [(value, line) for value, line in values if value is not None]
+        for value, line in resolved:
+            upstream = self._upstream(value, kind)
+            if upstream:
+                self.found.add(upstream, self.module.path, line)
+        if len(resolved) < len(values) or not values:
+            self.found.unknowns.append(
+                f"{self.module.path}:{call.lineno} loads a module with {loader}() by a {kind} computed at run time: "
+                "the upstream file it loads, if any, is not marked imported_by_local."
+            )
+
+    def _sites(self, function: Function) -> list[tuple[dict[str, str], int]]:
+        """Per call of `function` in this file: its parameters' values (those literals decide)."""
+        sites = []
+        for node in ast.walk(self.tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == function.name):
+                continue
+            scope = self._scope(node)
+            positional = [a.arg for a in [*function.args.posonlyargs, *function.args.args]]
+            defaults = function.args.defaults
+            given: dict[str, ast.expr] = dict(zip(positional[len(positional) - len(defaults) :], defaults, strict=True))
+            given |= {a.arg: d for a, d in zip(function.args.kwonlyargs, function.args.kw_defaults, strict=True) if d}
+            given |= dict(zip(positional, node.args, strict=False))
+            given |= {k.arg: k.value for k in node.keywords if k.arg}
+            values = {p: v for p, expr in given.items() if (v := self._eval(expr, scope)) is not None}
+            sites.append((values, node.lineno))
+        return sites
+
+    def _upstream(self, value: str, kind: LoadKind) -> str | None:
+        if kind == "path":
+            path = posixpath.normpath(value)
+            return path if path in self.context.trees.upstream_files else None
+        target = self.context.trees.index.get(value) if not value.startswith(".") else None
+        return target.path if target is not None and target.side == "upstream" else None
+
+    def _lookup(self, name: str, scope: _Scope | None, depth: int) -> str | None:
+        while scope is not None:
+            if name in scope.values:
+                return scope.values[name]
+            if name in scope.assigned:
+                value = scope.assigned[name]
+                return None if value is None else self._eval(value, scope, depth + 1)
+            scope = scope.parent
+        return None
+
+    def _module_file(self, node: ast.expr) -> str | None:
+        """The file of the module a dotted name stands for (`vllm.__file__` -> `vllm/__init__.py`)."""
+        parts: list[str] = []
+        while isinstance(node, ast.Attribute):
+            parts.insert(0, node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name) or node.id not in self.bound:
+            return None
+        found = self.context.trees.index.get(".".join([self.bound[node.id], *parts]))
+        return found.path if found is not None else None
+
+    def _eval(self, node: ast.expr, scope: _Scope, depth: int = 0) -> str | None:
+        """The string (or path) an expression evaluates to, when its literals decide it."""
+        if depth > _MAX_DEPTH:
+            return None
+        if isinstance(node, ast.Constant):
+            return node.value if isinstance(node.value, str) else None
+        if isinstance(node, ast.JoinedStr):
+            parts = [
+                part.value
+                if isinstance(part, ast.Constant)
+                else self._eval(part.value, scope, depth + 1)
+                if isinstance(part, ast.FormattedValue) and part.format_spec is None
+                else None
+                for part in node.values
+            ]
+            return "".join(p for p in parts if isinstance(p, str)) if all(isinstance(p, str) for p in parts) else None
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Div):
+            left, right = self._eval(node.left, scope, depth + 1), self._eval(node.right, scope, depth + 1)
+            if left is None or right is None:
+                return None
+            return left + right if isinstance(node.op, ast.Add) else posixpath.join(left, right)
+        if isinstance(node, ast.Name):
+            return self.module.path if node.id == "__file__" else self._lookup(node.id, scope, depth)
+        if isinstance(node, ast.Attribute) and node.attr == "__file__":
+            return self._module_file(node.value)
+        if isinstance(node, ast.Attribute) and node.attr == "parent":
+            inner = self._eval(node.value, scope, depth + 1)
+            return posixpath.dirname(inner) if inner is not None else None
+        if isinstance(node, ast.Call) and not node.keywords:
+            return self._call(node, scope, depth)
+        return None
+
+    def _call(self, node: ast.Call, scope: _Scope, depth: int) -> str | None:
+        """`Path(...)`, `os.path.join/dirname/abspath(...)`, `str(...)`, `.resolve()`, `.joinpath(...)`."""
+        if any(isinstance(a, ast.Starred) for a in node.args):
+            return None
+        args = [self._eval(a, scope, depth + 1) for a in node.args]
+        texts = [a for a in args if a is not None]
+        if len(texts) < len(args):
+            return None
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr in ("resolve", "absolute", "expanduser", "joinpath"):
+            base = self._eval(func.value, scope, depth + 1)
+            return None if base is None or (texts and func.attr != "joinpath") else posixpath.join(base, *texts)
+        name = _callee(func)
+        str_join = isinstance(func, ast.Attribute) and isinstance(func.value, ast.Constant)
+        if texts and (name in ("Path", "PurePath", "PosixPath") or (name == "join" and not str_join)):
+            return posixpath.join(*texts)
+        if len(texts) == 1 and name in ("str", "fspath", "abspath", "realpath", "normpath"):
+            return texts[0]
+        if len(texts) == 1 and name == "dirname":
+            return posixpath.dirname(texts[0])
+        return None
+
+
+def _parameters(function: Function) -> list[str]:
+    arguments = function.args
+    return [a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]]
+
+
+def _family_of(context: PairingContext, upstream: str) -> str | None:
+    """The upstream family a file lies in (`vllm/models/F/...`), if any."""
+    family, _, within = upstream[len(FAMILIES) :].partition("/") if upstream.startswith(FAMILIES) else ("", "", "")
+    return family if within and family in context.families else None
+
+
+def _mapped_files(
+    context: PairingContext, families: list[str], reached: set[str]
+) -> Iterator[tuple[str, TargetKind, str, str | None]]:
+    """Every upstream file of the mapped directories: (path, kind, directory it is grouped in, guard)."""
     for family in families:
         layout = context.layout(family)
         for upstream in context.families[family]:
-            if upstream in paired:
-                continue
             subdir = layout.subdir_of(upstream)
             kind: TargetKind = _SUBDIR_KIND[layout.kinds[subdir]] if subdir else "family"
             directory = f"{layout.root}/{subdir}" if kind in _COLLAPSED else posixpath.dirname(upstream)
             decided = layout.evidence.get(subdir or "")
-            guard = decided.guard if decided is not None and kind == "other_platform" else None
-            groups.setdefault(_Group(directory, kind, guard), []).append(upstream)
-    return groups
-
-
-def target_only(context: PairingContext, pairs: list[Pair]) -> list[TargetOnly]:
-    """Upstream files of the mapped directories that no local file pairs with."""
-    paired = {p.upstream for p in pairs if p.upstream}
-    families = sorted({f for p in pairs if (f := context.local_family(p.local))})
-    groups = _family_groups(context, families, paired)
-    upstream_files = context.trees.upstream_files
+            yield upstream, kind, directory, decided.guard if decided is not None and kind == "other_platform" else None
     roots = tuple(FAMILIES + f + "/" for f in families)
-    directories = sorted({posixpath.dirname(u) for u in paired if u in upstream_files and not u.startswith(roots)})
-    for directory in directories:
-        rest = [u for u in upstream_files if posixpath.dirname(u) == directory and u not in paired]
-        if rest:
-            groups.setdefault(_Group(directory, "directory", None), []).extend(rest)
+    directories = {posixpath.dirname(u) for u in reached if not u.startswith(roots)}
+    for upstream in sorted(context.trees.upstream_files):
+        if posixpath.dirname(upstream) in directories:
+            yield upstream, "directory", posixpath.dirname(upstream), None
+
+
+def target_only(context: PairingContext, pairs: list[Pair], imports: LocalImports | None = None) -> list[TargetOnly]:
+    """Upstream files of the mapped directories that no local file pairs with, each with its reason.
+
+    `imports`: the compared files' imports (`local_imports`), computed here when not given.
+    """
+    imports = imports if imports is not None else local_imports(context)
+    carried = {u for p in pairs for u in (p.upstream, *p.merged_from) if u}
+    reached = carried & context.trees.upstream_files
+    families = {f for p in pairs if (f := context.local_family(p.local))}
+    families |= {f for u in reached if (f := _family_of(context, u))}
+    groups: dict[_Group, list[str]] = {}
+    for upstream, kind, directory, guard in _mapped_files(context, sorted(families), reached):
+        if upstream in carried:
+            continue
+        by = imports.by(upstream)
+        reason: TargetReason = (
+            "imported_by_local" if by else "other_platform" if kind == "other_platform" else "not_ported"
+        )
+        groups.setdefault(_Group(directory, kind, reason, guard, by), []).append(upstream)
+    return _entries(groups)
+
+
+def _entries(groups: Mapping[_Group, list[str]]) -> list[TargetOnly]:
     entries: list[TargetOnly] = []
-    for group, files in sorted(groups.items(), key=lambda item: (item[0].directory, item[0].kind)):
-        if group.kind in _COLLAPSED or len(files) > DIR_COLLAPSE:
-            entries.append(TargetOnly(group.directory + "/", group.kind, len(files), group.guard))
+    for group, files in groups.items():
+        members = tuple(sorted(files))
+        if group.reason != "imported_by_local" and (group.kind in _COLLAPSED or len(files) > DIR_COLLAPSE):
+            entries.append(
+                TargetOnly(group.directory + "/", group.kind, group.reason, len(files), group.guard, group.by, members)
+            )
         else:
-            entries += [TargetOnly(f, group.kind, 1) for f in sorted(files)]
-    return entries
+            entries += [TargetOnly(f, group.kind, group.reason, 1, group.guard, group.by, (f,)) for f in members]
+    return sorted(entries, key=_order)
+
+
+def _directory(entry: TargetOnly) -> str:
+    return entry.upstream[:-1] if entry.upstream.endswith("/") else posixpath.dirname(entry.upstream)
+
+
+def _order(entry: TargetOnly) -> tuple[str, str, str, str]:
+    """By directory and kind, a directory entry before its files, then by path (and reason)."""
+    return _directory(entry), entry.kind, entry.upstream, entry.reason
+
+
+def _mapped_dir(upstream: str) -> str:
+    """The mapped directory a file counts in: its family, else its directory."""
+    family, _, within = upstream[len(FAMILIES) :].partition("/") if upstream.startswith(FAMILIES) else ("", "", "")
+    return FAMILIES + family if within else posixpath.dirname(upstream)
+
+
+def base_releases(
+    pairs: list[Pair], releases: list[Release], closest: Mapping[str, FileReleases]
+) -> dict[str, Release]:
+    """Per mapped directory: the newest release its plugin files are shown to be based on, at least.
+
+    A file matches its counterpart best at a run of releases; the oldest of them is the newest one
+    the evidence pins (a file upstream left unchanged matches all releases alike and pins only the
+    oldest). A directory's base is the newest release one of its files pins.
+    """
+    order = {release.label: position for position, release in enumerate(releases)}
+    pinned: dict[str, str] = {}
+    for pair in pairs:
+        found = closest.get(pair.local)
+        if pair.upstream is None or found is None or not found.counterparts:
+            continue
+        least = min(c.lines for c in found.counterparts.values())
+        earliest = min((label for label, c in found.counterparts.items() if c.lines == least), key=order.__getitem__)
+        directory = _mapped_dir(pair.upstream)
+        if directory not in pinned or order[earliest] > order[pinned[directory]]:
+            pinned[directory] = earliest
+    by_label = {release.label: release for release in releases}
+    return {directory: by_label[label] for directory, label in pinned.items()}
+
+
+def with_new_at_target(
+    entries: list[TargetOnly], pairs: list[Pair], releases: list[Release], closest: Mapping[str, FileReleases]
+) -> list[TargetOnly]:
+    """The target-only list with the not-ported files absent at their directory's base release
+    (`base_releases`) marked `new_at_target`, the base named in `by`; the rest as they were."""
+    bases = base_releases(pairs, releases, closest)
+    kept: list[TargetOnly] = []
+    groups: dict[_Group, list[str]] = {}
+    for entry in entries:
+        base = bases.get(_mapped_dir(entry.members[0])) if entry.reason == "not_ported" and entry.members else None
+        if base is None:
+            kept.append(entry)
+            continue
+        present = base.subject.entries()
+        for path in entry.members:
+            new = path not in present
+            reason: TargetReason = "new_at_target" if new else "not_ported"
+            group = _Group(_directory(entry), entry.kind, reason, entry.guard, base.label if new else None)
+            groups.setdefault(group, []).append(path)
+    return sorted([*kept, *_entries(groups)], key=_order)

@@ -2,8 +2,9 @@
 
 Direction is always upstream -> local, as `git diff upstream local` would show it: `added` are
 lines only in the local file, `removed` lines only in the upstream file, `hunks` the change
-blocks of a zero-context diff. Statistics depend only on the two blobs, so they are cached in the
-state directory by the pair of blob ids and a second run over unchanged trees diffs nothing.
+blocks of a zero-context diff, beside the line totals of both files. Statistics depend only on the
+two blobs, so they are cached in the state directory by the pair of blob ids and a second run over
+unchanged trees diffs nothing.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from pathlib import Path
 
 from ..foundation.state import StateStore
 
-STATS_VERSION = 1
+STATS_VERSION = 2
+"""Part of the cache path: a version bump leaves entries of another shape (v1 had no line totals) unread."""
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,9 @@ class LineStats:
     added: int
     removed: int
     hunks: int
+    local_lines: int
+    upstream_lines: int
+    """Totals as `split_lines` counts them: a last line without a newline counts too."""
 
 
 def split_lines(data: bytes) -> list[str]:
@@ -40,12 +45,13 @@ def _matcher(upstream: list[str], local: list[str]) -> difflib.SequenceMatcher:
 
 def line_stats(upstream: bytes, local: bytes) -> LineStats:
     added = removed = hunks = 0
-    for tag, i1, i2, j1, j2 in _matcher(split_lines(upstream), split_lines(local)).get_opcodes():
+    a, b = split_lines(upstream), split_lines(local)
+    for tag, i1, i2, j1, j2 in _matcher(a, b).get_opcodes():
         if tag != "equal":
             hunks += 1
             removed += i2 - i1
             added += j2 - j1
-    return LineStats(added, removed, hunks)
+    return LineStats(added, removed, hunks, local_lines=len(b), upstream_lines=len(a))
 
 
 def _range(start: int, length: int) -> str:

@@ -1,0 +1,154 @@
+"""Package inference: what a local package's members pair with says where the package itself lies.
+
+When at least `MIN_MEMBERS` members of a local package pair into one upstream package, the package
+maps there: its `__init__` pairs with that package's `__init__` (over a path guess that flattened a
+platform directory), and members nothing paired pair by base name inside it. A package `__init__`
+that re-exports names from its submodules pairs with the upstream `__init__` that re-exports the
+corresponding names. A pair by name whose files share no top-level symbol is flagged `name_only`,
+with its best content match beside it; similarity never decides it.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections import Counter
+from dataclasses import dataclass
+
+from ..foundation.evidence import NoteEvidence
+from .import_sites import last_note
+from .pairing_context import PairingContext
+from .pairs import UPSTREAM_ROOT, EvidenceItem, Pair, Rule
+
+MIN_MEMBERS = 2
+INIT = "__init__.py"
+GUESSED = frozenset({Rule.NONE, Rule.SUBCLASS, Rule.PLATFORM_BRANCH, Rule.SHARED_DIR, Rule.OTHER_PLATFORM})
+"""Rules an `__init__` pair may be re-decided from: nothing, a class base, or a flattened path."""
+BY_NAME = frozenset({Rule.SAME_PATH, Rule.PLATFORM_BRANCH, Rule.SHARED_DIR, Rule.OTHER_PLATFORM, Rule.PACKAGE})
+
+
+@dataclass(frozen=True)
+class _PackageMap:
+    upstream: str
+    """The upstream package directory."""
+    members: tuple[str, ...]
+    """The local members that pair into it."""
+
+
+def _package_maps(pairs: list[Pair]) -> dict[str, _PackageMap]:
+    """Local package directory -> the upstream directory a majority of its paired members lie in.
+
+    A package whose members all pair with one upstream file is that file split up, not a package
+    counterpart, so it maps nowhere."""
+    seen: dict[str, Counter[str]] = {}
+    members: dict[tuple[str, str], set[str]] = {}
+    counterparts: dict[str, set[str]] = {}
+    paired: Counter[str] = Counter()
+    for pair in pairs:
+        if pair.upstream is None or posixpath.basename(pair.local) == INIT:
+            continue
+        directory = posixpath.dirname(pair.local)
+        paired[directory] += 1
+        for upstream in {pair.upstream, *pair.merged_from}:
+            counterparts.setdefault(directory, set()).add(upstream)
+            target = posixpath.dirname(upstream)
+            if pair.local not in members.get((directory, target), set()):
+                seen.setdefault(directory, Counter())[target] += 1
+                members.setdefault((directory, target), set()).add(pair.local)
+    found: dict[str, _PackageMap] = {}
+    for directory, counts in seen.items():
+        (target, count), *_ = counts.most_common()
+        if count >= MIN_MEMBERS and 2 * count > paired[directory] and len(counterparts[directory]) > 1:
+            found[directory] = _PackageMap(target, tuple(sorted(members[(directory, target)])))
+    return found
+
+
+def _repair(pair: Pair, upstream: str, evidence: list[EvidenceItem], confidence: float) -> None:
+    """Re-pair by package evidence; the path guess it replaces stays as an alternative."""
+    before, reason = pair.upstream, f"{pair.rule.value}: {last_note(pair)}"
+    pair.upstream, pair.rule, pair.confidence, pair.evidence = upstream, Rule.PACKAGE, confidence, evidence
+    if before:
+        pair.alternative(before, reason)
+    pair.flags = [f for f in pair.flags if f not in ("other_platform", "unreferenced_dir", "conditional_branch")]
+    pair.extends = {}
+
+
+def _by_members(context: PairingContext, pairs: list[Pair]) -> None:
+    for directory, mapped in _package_maps(pairs).items():
+        listed = ", ".join(posixpath.basename(m) for m in mapped.members)
+        for pair in pairs:
+            if posixpath.dirname(pair.local) != directory:
+                continue
+            name = posixpath.basename(pair.local)
+            counterpart = f"{mapped.upstream}/{name}"
+            if counterpart not in context.trees.upstream_files or pair.upstream == counterpart:
+                continue
+            if (name == INIT and pair.rule in GUESSED) or pair.rule is Rule.NONE:
+                note = f"{directory}/ maps to {mapped.upstream}/: its members {listed} pair there"
+                _repair(pair, counterpart, [context.cite(counterpart, 1), NoteEvidence(text=note)], 0.7)
+
+
+def _reexports(context: PairingContext, pairs: list[Pair]) -> None:
+    """A local `__init__` re-exporting paired submodules' names pairs with the upstream `__init__`
+    whose package holds those submodules' counterparts and re-exports the same names."""
+    paired = {p.local: p.upstream for p in pairs if p.upstream}
+    index = context.trees.index
+    for pair in pairs:
+        module = context.trees.local_modules.get(pair.local)
+        if posixpath.basename(pair.local) != INIT or module is None or pair.rule not in GUESSED:
+            continue
+        votes: Counter[str] = Counter()
+        for record in module.record.imports:
+            for original, _ in record.names:
+                defining, _ = index.resolve_symbol(module.absolute(record.module), original)
+                source = index.get(defining)
+                counterpart = paired.get(source.path) if source is not None and source.side == "plugin" else None
+                if counterpart:
+                    for init in _upstream_inits(context, counterpart, context.affixes.upstream_name(original)):
+                        votes[init] += 1
+        if votes:
+            (init, count), *_ = votes.most_common()
+            note = f"re-exports {count} name(s) from paired submodules that {init} re-exports too"
+            _repair(pair, init, [context.cite(init, 1), NoteEvidence(text=note)], 0.8)
+
+
+def _upstream_inits(context: PairingContext, counterpart: str, name: str) -> list[str]:
+    """The upstream package `__init__`s above `counterpart` that bind `name` from it."""
+    found = []
+    directory = posixpath.dirname(counterpart)
+    while directory.startswith(UPSTREAM_ROOT + "/") or directory == UPSTREAM_ROOT:
+        init = f"{directory}/{INIT}"
+        module = context.trees.upstream_modules.get(init)
+        if module is not None:
+            for record in module.record.imports:
+                if any(alias == name for _, alias in record.names) and record.branch != "not_taken":
+                    found.append(init)
+                    break
+        directory = posixpath.dirname(directory)
+    return found
+
+
+def flag_name_only(context: PairingContext, pairs: list[Pair]) -> None:
+    """Pairs by name where both files define top-level names and share none (nor extend one another)."""
+    for pair in pairs:
+        module = context.trees.local_modules.get(pair.local)
+        theirs = context.trees.upstream_modules.get(pair.upstream or "")
+        if pair.rule not in BY_NAME or module is None or theirs is None or module.record.error:
+            continue
+        mine = {context.affixes.upstream_name(d.name) for d in module.record.definitions if d.kind != "assignment"}
+        defined = {d.name for d in theirs.record.definitions if d.kind != "assignment"}
+        extends = any(
+            base.path == theirs.path
+            for d in module.record.definitions
+            if d.kind == "class"
+            for base in context.upstream_bases(module, d)
+        )
+        if mine and defined and not mine & defined and not extends:
+            pair.flag("name_only", 0.2)
+
+
+def infer_packages(context: PairingContext, pairs: list[Pair]) -> None:
+    """Mechanisms 2 and 3 of the pairing (see the module docstring), then the name-only flags: an
+    `__init__` the members do not decide may still be decided by what it re-exports."""
+    _by_members(context, pairs)
+    _reexports(context, pairs)
+    flag_name_only(context, pairs)
