@@ -23,8 +23,8 @@ import pytest
 from workbench import build_plugin_repo, build_upstream_history, default_maca_edit, git
 
 from vllm_metax_mcp.core.code.module_index import ModuleIndex, RecordCache
+from vllm_metax_mcp.core.compare.affixes import VendorAffixes
 from vllm_metax_mcp.core.compare.family import SubdirKind, family_layout
-from vllm_metax_mcp.core.compare.symdiff import strip_maca
 from vllm_metax_mcp.core.foundation.state import StateStore
 from vllm_metax_mcp.core.sources.subjects import DirectorySubject
 from vllm_metax_mcp.tools import diff_model as tool
@@ -279,7 +279,7 @@ def test_symbol_diff_reports_renames_the_deleted_fp8_branch_and_import_swaps(at_
     model = pairs[f"{PKG}/model.py"].symbols
     assert (model.added, model.removed, model.changed) == (["MACA_KEEP_BF16"], [], ["DeepseekV4MoE.__init__"])
     assert [(r.local, r.upstream, r.how, r.similarity) for r in model.renamed] == [
-        ("MacaDeepseekV4MLP", "DeepseekV4MLP", "maca_prefix", 1.0)
+        ("MacaDeepseekV4MLP", "DeepseekV4MLP", "vendor_affix", 1.0)
     ]
     assert model.signatures == [] and model.bases == []
     swaps = {(s.name, s.local_module, s.upstream_module, s.paired) for s in pairs[f"{PKG}/model.py"].import_swaps}
@@ -572,6 +572,6 @@ def test_family_layout_from_real_dispatch_code(
 
 
 def test_maca_prefix_is_dropped_only_before_a_name() -> None:
-    assert strip_maca("MacaDeepseekV4MLP") == "DeepseekV4MLP"
-    assert strip_maca("MACA_KEEP") == "_KEEP"
-    assert strip_maca("Macaroni") == "Macaroni" and strip_maca("Maca") == "Maca"
+    maca = VendorAffixes()
+    assert maca.upstream_name("MacaDeepseekV4MLP") == "DeepseekV4MLP"
+    assert maca.upstream_name("Macaroni") == "Macaroni" and maca.upstream_name("Maca") == "Maca"

@@ -61,7 +61,7 @@ def _dependents(session: AuditSession, scope: Scope) -> Dependents:
     code = scope.code
     packages = frozenset({scope.trees.package.name})
     overrides = find_overrides(code, override_facts(session.store, code, packages), None)
-    return Dependents(code, scope.pairs, overrides, scope.affixes)
+    return Dependents(code, scope.pairs, overrides, scope.trees.affixes)
 
 
 def list_page(

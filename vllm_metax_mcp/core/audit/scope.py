@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..code.codebase import Codebase
-from ..compare.affixes import VendorAffixes
 from ..compare.pairing import build_trees, pair_files
 from ..compare.pairs import Pair, Trees
 from ..compare.textdiff import StatsCache
@@ -39,8 +38,6 @@ class Scope:
     bases: dict[str, FileBase]
     tracks: list[Track]
     unknowns: list[str]
-    affixes: VendorAffixes
-    """The plugin's vendor affixes (a copy of an upstream symbol may carry one)."""
 
 
 def resolve_bases(session: AuditSession, request: ScopeRequest, pairs: list[Pair] | None) -> dict[str, FileBase]:
@@ -87,8 +84,7 @@ def resolve_scope(session: AuditSession, request: ScopeRequest) -> Scope:
     prefixes = sorted({inputs.package.root, *inputs.prefixes})
     extra = [u for u in inputs.overrides.values() if u]
     trees = build_trees(session.plugin, session.upstream, session.cache, inputs.package, prefixes, extra)
-    pairing = pair_files(trees, inputs, judge_content=False)
-    pairs = pairing.pairs
+    pairs = pair_files(trees, inputs, judge_content=False).pairs
     bases = resolve_bases(session, request, pairs)
     code = _codebase(session, trees)
     imports = (
@@ -99,4 +95,4 @@ def resolve_scope(session: AuditSession, request: ScopeRequest) -> Scope:
         raise bad_input(
             "No file has a base: pass releases (tags, oldest first) or base once; the ledger then remembers them."
         )
-    return Scope(trees, code, pairs, bases, tracked.tracks, tracked.unknowns, pairing.affixes)
+    return Scope(trees, code, pairs, bases, tracked.tracks, tracked.unknowns)

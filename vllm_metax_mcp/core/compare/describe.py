@@ -109,7 +109,9 @@ class PairDescriber:
         if pair.rule is Rule.SUBCLASS:
             return diff_extension(mine.record, theirs.record, pair.extends)
         upstream_text, local_text = self._texts(pair)
-        return diff_symbols(mine.record, theirs.record, split_lines(local_text), split_lines(upstream_text))
+        return diff_symbols(
+            mine.record, theirs.record, split_lines(local_text), split_lines(upstream_text), self.trees.affixes
+        )
 
     def diff_lines(self, pair: Pair) -> list[str]:
         """The unified diff upstream -> local of a pair with a counterpart at the target."""

@@ -30,6 +30,7 @@ from ..code.module_index import ModuleRecord, RecordCache, module_name
 from ..code.plugin_facts import PluginFacts
 from ..foundation.evidence import FileEvidence
 from ..sources.subjects import Subject
+from .affixes import VendorAffixes
 from .classify import DiffClass, Hit, RuleContext, classify, plugin_bindings
 from .pairs import UPSTREAM_ROOT, EvidenceItem, Pair, PluginPackage, Rule, Status, Trees, paired_modules
 from .releases import FileReleases, Release
@@ -275,15 +276,16 @@ def file_rows(
     package: PluginPackage,
     paired: Mapping[str, str],
     plugin_modules: frozenset[str],
+    affixes: VendorAffixes | None = None,
 ) -> list[MatrixRow]:
-    """The rows of one changed pair (both sides parse)."""
+    """The rows of one changed pair (both sides parse); `affixes`: the plugin's vendor affixes."""
     context = RuleContext(facts, package, plugin_bindings(versions.local_module, paired, package), plugin_modules)
     builder = _FileRows(versions, context)
     lines_local, lines_target = split_lines(versions.local.data), split_lines(versions.target.data)
     if versions.extends:
         diff = diff_extension(versions.local.record, versions.target.record, versions.extends)
     else:
-        diff = diff_symbols(versions.local.record, versions.target.record, lines_local, lines_target)
+        diff = diff_symbols(versions.local.record, versions.target.record, lines_local, lines_target, affixes)
     return sorted(builder.build(diff, paired), key=lambda r: r.symbol)
 
 
@@ -383,5 +385,5 @@ def difference_matrix(
             target,
             pair.extends if pair.rule is Rule.SUBCLASS else {},
         )
-        rows += file_rows(versions, facts, trees.package, paired, plugin_modules)
+        rows += file_rows(versions, facts, trees.package, paired, plugin_modules, trees.affixes)
     return rows, unknowns

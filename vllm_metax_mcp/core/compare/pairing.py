@@ -428,10 +428,10 @@ def pair_files(
     for pair in pairs:
         pair.status = _status(pair, trees)
     if not judge_content:
-        return Pairing(pairs, [], _unknowns(context), context.affixes)  # releases and audits read pairs only
+        return Pairing(pairs, [], _unknowns(context))  # releases and audits read pairs only
     imports = local_imports(context)
     listed = target_only(context, pairs, imports)
-    return Pairing(pairs, listed, [*_unknowns(context), *imports.unknowns], context.affixes)
+    return Pairing(pairs, listed, [*_unknowns(context), *imports.unknowns])
 
 
 def _unknowns(context: PairingContext) -> list[str]:

@@ -82,6 +82,7 @@ class PairingContext:
         self.affixes: VendorAffixes = discover_affixes(
             local_names, self.symbols, [(r.arch, r.symbol) for r in self.registered]
         )
+        trees.affixes = self.affixes  # the symbol diff and the matrix read the same affixes
 
     def _model_files(self) -> frozenset[str]:
         """Upstream files that hold models: the modules the registry names, and every family file."""

@@ -166,8 +166,6 @@ class Pairing:
     pairs: list[Pair]
     target_only: list[TargetOnly]
     unknowns: list[str]
-    affixes: VendorAffixes = field(default_factory=VendorAffixes)
-    """The plugin's vendor affixes, read from its names (the symbol and dependents steps strip them too)."""
 
 
 @dataclass
@@ -180,6 +178,8 @@ class Trees:
     package: PluginPackage
     registry: list[Registration] = field(default_factory=list)
     """Upstream's registry table entries (architecture -> module, class)."""
+    affixes: VendorAffixes = field(default_factory=VendorAffixes)
+    """The plugin's vendor affixes, read from both sides' names when pairing starts (`PairingContext`)."""
     local_modules: dict[str, IndexedModule] = field(init=False)
     upstream_modules: dict[str, IndexedModule] = field(init=False)
     upstream_files: frozenset[str] = field(init=False)

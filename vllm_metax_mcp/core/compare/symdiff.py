@@ -3,11 +3,12 @@
 Top-level functions, classes and assignments and `Class.method` are compared by body hash
 (docstrings, comments and blank lines ignored), so a reformatted comment is no change and a
 one-line edit in a method marks that method — not its whole class — as changed. Renames are
-recognised from the plugin's naming convention (`Maca<X>` for upstream `<X>`) or, failing that,
-from near-identical bodies. Import swaps are the same name bound from the plugin package
-(`vllm_metax.*`) locally and from `vllm.*` upstream, or the same name imported under another
-alias (`from … import A as B`): the usual, intentional MetaX difference, reported apart from
-code changes. Same-name symbols the comparison finds nothing in are counted as unchanged.
+recognised from the plugin's vendor affixes (`Maca<X>` or `Ascend<X>` for upstream `<X>`, read
+from the plugin by `core/compare/affixes.py`) or, failing that, from near-identical bodies. Import
+swaps are the same name bound from the plugin package (`vllm_metax.*`) locally and from `vllm.*`
+upstream, or the same name imported under another alias (`from … import A as B`): the usual,
+intentional MetaX difference, reported apart from code changes. Same-name symbols the comparison
+finds nothing in are counted as unchanged.
 """
 
 from __future__ import annotations
@@ -18,15 +19,15 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..code.module_index import Definition, IndexedModule, ModuleRecord
+from .affixes import VendorAffixes
 from .textdiff import line_profile, similarity
 
-MACA_PREFIXES = ("Maca", "MACA")
 BODY_RENAME_THRESHOLD = 0.8
 MAX_RENAME_COMPARISONS = 4000
 """Bound on body comparisons between added and removed symbols of one file."""
 
 
-RenameHow = Literal["maca_prefix", "body", "subclass"]
+RenameHow = Literal["vendor_affix", "body", "subclass"]
 
 
 @dataclass(frozen=True)
@@ -128,15 +129,6 @@ class SymbolDiff:
         return self
 
 
-def strip_maca(name: str) -> str:
-    """`MacaFoo` -> `Foo`; any other name unchanged."""
-    for prefix in MACA_PREFIXES:
-        rest = name[len(prefix) :]
-        if name.startswith(prefix) and rest and (rest[0].isupper() or rest[0] == "_"):
-            return rest
-    return name
-
-
 def _by_name(definitions: Iterable[Definition]) -> dict[str, Definition]:
     found: dict[str, Definition] = {}
     for definition in definitions:
@@ -193,16 +185,20 @@ def _compare(local: Definition, upstream: Definition, diff: SymbolDiff, local_na
 
 
 def _renames(
-    added: dict[str, Definition], removed: dict[str, Definition], local_lines: list[str], upstream_lines: list[str]
+    added: dict[str, Definition],
+    removed: dict[str, Definition],
+    local_lines: list[str],
+    upstream_lines: list[str],
+    affixes: VendorAffixes,
 ) -> list[_Match]:
-    """Renamed definitions: the `Maca` prefix first, then near-identical bodies."""
+    """Renamed definitions: the plugin's vendor affixes first (`MacaFoo`, `AscendFoo`), then near-identical bodies."""
     found: list[_Match] = []
     for name in sorted(added):
-        original = strip_maca(name)
-        if original != name and original in removed and removed[original].kind == added[name].kind:
+        original = next((f for f in affixes.forms(name)[1:] if f in removed), None)
+        if original is not None and removed[original].kind == added[name].kind:
             local, upstream = added.pop(name), removed.pop(original)
             score = similarity(_body_profile(local, local_lines), _body_profile(upstream, upstream_lines))
-            found.append(_Match(local, upstream, "maca_prefix", score))
+            found.append(_Match(local, upstream, "vendor_affix", score))
     if len(added) * len(removed) > MAX_RENAME_COMPARISONS:
         return found
     scored = sorted(
@@ -223,16 +219,21 @@ def _renames(
 
 
 def diff_symbols(
-    local: ModuleRecord, upstream: ModuleRecord, local_lines: list[str], upstream_lines: list[str]
+    local: ModuleRecord,
+    upstream: ModuleRecord,
+    local_lines: list[str],
+    upstream_lines: list[str],
+    affixes: VendorAffixes | None = None,
 ) -> SymbolDiff:
-    """The symbol diff of a local copy against its upstream original."""
+    """The symbol diff of a local copy against its upstream original (`affixes`: the plugin's vendor
+    affixes, `Maca` alone when not given)."""
     diff = SymbolDiff()
     mine, theirs = _by_name(local.definitions), _by_name(upstream.definitions)
     for name in sorted(set(mine) & set(theirs)):
         _compare_same_name(mine[name], theirs[name], diff)
     added = {n: d for n, d in mine.items() if n not in theirs}
     removed = {n: d for n, d in theirs.items() if n not in mine}
-    for match in _renames(added, removed, local_lines, upstream_lines):
+    for match in _renames(added, removed, local_lines, upstream_lines, affixes or VendorAffixes()):
         diff.renamed.append(Rename(match.local.name, match.upstream.name, match.how, round(match.similarity, 2)))
         _compare(match.local, match.upstream, diff, local_name=match.local.name)
     diff.added += sorted(added)
