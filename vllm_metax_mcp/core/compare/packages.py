@@ -1,10 +1,10 @@
 """Package inference: what a local package's members pair with says where the package itself lies.
 
-When at least `MIN_MEMBERS` members of a local package pair into one upstream package, the package
-maps there: its `__init__` pairs with that package's `__init__` (over a path guess that flattened a
+When at least `MIN_MEMBERS` members of a local package, and most of them, pair into one upstream
+package, the package maps there: its `__init__` pairs with that package's `__init__` (over a path guess that flattened a
 platform directory), and members nothing paired pair by base name inside it. A package `__init__`
-that re-exports names from its submodules pairs with the upstream `__init__` that re-exports the
-corresponding names. A pair by name whose files share no top-level symbol is flagged `name_only`,
+that re-exports names from its submodules pairs with the upstream `__init__` that re-exports most
+of the corresponding names. A pair by name whose files share no top-level symbol is flagged `name_only`,
 with its best content match beside it; similarity never decides it.
 """
 
@@ -35,19 +35,21 @@ class _PackageMap:
 
 
 def _package_maps(pairs: list[Pair]) -> dict[str, _PackageMap]:
-    """Local package directory -> the upstream directory a majority of its paired members lie in.
+    """Local package directory -> the upstream directory a majority of its members pair into.
 
     A package whose members all pair with one upstream file is that file split up, not a package
     counterpart, so it maps nowhere."""
     seen: dict[str, Counter[str]] = {}
     members: dict[tuple[str, str], set[str]] = {}
     counterparts: dict[str, set[str]] = {}
-    paired: Counter[str] = Counter()
+    members_of: Counter[str] = Counter()
     for pair in pairs:
-        if pair.upstream is None or posixpath.basename(pair.local) == INIT:
+        if posixpath.basename(pair.local) == INIT:
             continue
         directory = posixpath.dirname(pair.local)
-        paired[directory] += 1
+        members_of[directory] += 1
+        if pair.upstream is None:
+            continue
         for upstream in {pair.upstream, *pair.merged_from}:
             counterparts.setdefault(directory, set()).add(upstream)
             target = posixpath.dirname(upstream)
@@ -57,7 +59,7 @@ def _package_maps(pairs: list[Pair]) -> dict[str, _PackageMap]:
     found: dict[str, _PackageMap] = {}
     for directory, counts in seen.items():
         (target, count), *_ = counts.most_common()
-        if count >= MIN_MEMBERS and 2 * count > paired[directory] and len(counterparts[directory]) > 1:
+        if count >= MIN_MEMBERS and 2 * count > members_of[directory] and len(counterparts[directory]) > 1:
             found[directory] = _PackageMap(target, tuple(sorted(members[(directory, target)])))
     return found
 
@@ -97,16 +99,18 @@ def _reexports(context: PairingContext, pairs: list[Pair]) -> None:
         if posixpath.basename(pair.local) != INIT or module is None or pair.rule not in GUESSED:
             continue
         votes: Counter[str] = Counter()
+        exported = 0
         for record in module.record.imports:
             for original, _ in record.names:
                 defining, _ = index.resolve_symbol(module.absolute(record.module), original)
                 source = index.get(defining)
                 counterpart = paired.get(source.path) if source is not None and source.side == "plugin" else None
+                exported += source is not None and source.side == "plugin"
                 if counterpart:
                     for init in _upstream_inits(context, counterpart, context.affixes.upstream_name(original)):
                         votes[init] += 1
-        if votes:
-            (init, count), *_ = votes.most_common()
+        (init, count), *_ = votes.most_common() or [("", 0)]
+        if count >= MIN_MEMBERS and 2 * count > exported:  # most of what it re-exports, not one submodule's share
             note = f"re-exports {count} name(s) from paired submodules that {init} re-exports too"
             _repair(pair, init, [context.cite(init, 1), NoteEvidence(text=note)], 0.8)
 
