@@ -121,13 +121,15 @@ def cached_upstream_registry(store: StateStore, subject: Subject, prefix: str = 
     entries = subject.entries()
     listed = "\n".join(f"{p} {entries[p].sha}" for p in sorted(subject.list(prefix)) if p.endswith(".py"))
     key = hashlib.sha256(listed.encode()).hexdigest()
-    path = store.path(f"cache/registry-v{REGISTRY_VERSION}/{key}.json")
+    relative = f"cache/registry-v{REGISTRY_VERSION}/{key}.json"
     try:
-        return [Registration(**item) for item in json.loads(path.read_text())]
-    except (OSError, ValueError, TypeError):
-        pass
+        cached = store.read(relative)
+        if cached is not None:
+            return [Registration(**item) for item in cached]
+    except (ValueError, TypeError):
+        pass  # unreadable or of another shape: computed again
     found = upstream_registry(subject, prefix)
-    write_bytes_atomic(path, json.dumps([vars(r) for r in found]).encode(), durable=False)
+    write_bytes_atomic(store.path(relative), json.dumps([vars(r) for r in found]).encode(), durable=False)
     return found
 
 
