@@ -64,7 +64,7 @@ def test_registrations_of_both_sides_are_found(workspace: dict[str, Any]) -> Non
 
 
 def test_walk_takes_the_out_of_tree_branch_and_records_the_others(workspace: dict[str, Any]) -> None:
-    found = rows(trace(workspace, depth=3))
+    found = rows(trace(workspace, depth=3, view="full"))
     nvidia = found["vllm.models.deepseek_v4.nvidia.model"]
     assert nvidia.branch == "taken" and "is_rocm()" in nvidia.guard and "is_xpu()" in nvidia.guard
     for platform in ("amd", "xpu"):
@@ -85,13 +85,13 @@ def test_walk_takes_the_out_of_tree_branch_and_records_the_others(workspace: dic
 
 
 def test_the_cpu_branch_of_a_later_release_is_conditional_not_taken(workspace: dict[str, Any]) -> None:
-    found = rows(trace(workspace, target="v0.33.0", depth=2))
+    found = rows(trace(workspace, target="v0.33.0", depth=2, view="full"))
     assert found["vllm.models.deepseek_v4.cpu.model"].branch == "not_taken"
     assert found["vllm.models.deepseek_v4.nvidia.model"].branch == "taken"
 
 
 def test_platform_answers_can_be_overridden(workspace: dict[str, Any]) -> None:
-    found = rows(trace(workspace, depth=1, platform_answers={"is_rocm": True}))
+    found = rows(trace(workspace, depth=1, platform_answers={"is_rocm": True}, view="full"))
     assert found["vllm.models.deepseek_v4.amd.model"].branch == "taken"
     assert found["vllm.models.deepseek_v4.nvidia.model"].branch == "not_taken"
 
@@ -160,7 +160,13 @@ def test_cycles_terminate(tmp_path: Path) -> None:
     git(plugin, "commit", "-qm", "empty plugin")
     runtime = Runtime.create([str(root)], state_dir=str(root / "state"))
     env = ToolEnv(runtime=runtime, tool="trace_dependency")
-    arguments = {"plugin_repo": "plugin", "upstream": str(root), "arch": "CycleForCausalLM", "depth": 50}
+    arguments = {
+        "plugin_repo": "plugin",
+        "upstream": str(root),
+        "arch": "CycleForCausalLM",
+        "depth": 50,
+        "view": "full",
+    }
     result = anyio.run(lambda: invoke(tool.SPEC, arguments, env))
     assert {"vllm.a", "vllm.b", "vllm.a:A", "vllm.b:B"} <= {r.name for r in result.inventory}
     assert any("No register_model call" in u for u in result.unknowns)

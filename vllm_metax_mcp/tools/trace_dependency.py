@@ -16,10 +16,12 @@ from ..core.sources.environment import load_record
 from ..core.sources.subjects import RevisionSubject
 from ..core.trace.checks import ProbeTarget, probe_target
 from ..core.trace.defects import DefectKind
+from ..core.trace.inherited import InheritedKind
 from ..core.trace.kernels import SchemaSource
 from ..core.trace.loading import WeightLoadingKind
-from ..core.trace.run import Section, Trace, TraceRequest, Trees, run_trace
-from ..core.trace.walk import BoundaryKind, RowSide
+from ..core.trace.run import Section, Trace, TraceRequest, Trees, changes, run_trace
+from ..core.trace.stability import grouped, summarise
+from ..core.trace.walk import BoundaryKind, NodeKind, RowSide, Stability
 from .arguments import (
     UpstreamArgs,
     open_plugin_repo,
@@ -30,6 +32,7 @@ from .spec import ToolEnv, ToolOutput, ToolSpec
 
 DEFAULT_LIMIT = 30
 MAX_LIMIT = 1000
+View = Literal["changes", "full"]
 
 
 class TraceInput(UpstreamArgs):
@@ -49,7 +52,14 @@ class TraceInput(UpstreamArgs):
     section: Section = Field(
         default="inventory",
         description="Which list this page holds (the others are empty; `counts` gives every list's size): "
-        "inventory, defects, ops, overrides, patches, kernels, config_rewrites or weight_loading.",
+        "inventory, defects, ops, overrides, patches, kernels, config_rewrites, weight_loading or inherited.",
+    )
+    view: View = Field(
+        default="changes",
+        description="changes: the plugin's nodes and the upstream nodes whose used definitions changed between base "
+        "and target (or cannot be verified), reached through plugin or changed modules; stable interfaces and "
+        "components summarised in boundaries. full: every node of the walk and every boundary. "
+        "direction=consumers always lists every row.",
     )
     follow_owned: bool = Field(
         default=False, description="Walk into modules owned by the patch, registry and attention-backend workflows too."
@@ -86,7 +96,25 @@ class InventoryRow(BaseModel):
     upstream_counterpart: str | None = None
     upstream_delta: list[str] | None = None
     metax_difference: str | None = None
-    annotation: str | None = None
+    annotation: str | None = Field(default=None, description="The action recorded for the node (audit ledger).")
+    importers: list[str] = Field(
+        default_factory=list, description="Every module on the path that imports it; `a.b.{c,d}` is a.b.c and a.b.d."
+    )
+    stability: Stability | None = Field(
+        default=None,
+        description="Upstream and missing nodes: stable / changed (the definitions the path uses, base -> target) "
+        "or unknown (no base, or not verifiable).",
+    )
+    stability_evidence: list[str] = Field(
+        default_factory=list,
+        description="Why stable (unchanged:name base_line->target_line per used definition) or unknown; a changed "
+        "node's grounds are its upstream_delta (upstream nodes: only the definitions the path uses).",
+    )
+    kind: NodeKind = Field(
+        default="import",
+        description="How the module is reached: import, package_init (its __init__ runs when a submodule is "
+        "imported), lazy (inside a function), dynamic (import_module/__import__ with a literal name), typing_only.",
+    )
 
 
 class Boundary(BaseModel):
@@ -96,10 +124,12 @@ class Boundary(BaseModel):
     kind: BoundaryKind = Field(
         default="component",
         description="component: stdlib / third-party / compiled; pending_upgrade: a plugin module outside the model "
-        "whose own imports fail (not a model defect); owned: a patch, registry or attention-backend module.",
+        "whose own imports fail (not a model defect); owned: a patch, registry or attention-backend module; "
+        "stable_interface: an upstream module whose used definitions did not change between base and target.",
     )
     file: str | None = None
     evidence: list[Evidence] = Field(default_factory=list)
+    count: int = Field(default=1, description="Boundaries the entry stands for (a summary in view=changes).")
 
 
 class DefectRow(BaseModel):
@@ -108,6 +138,9 @@ class DefectRow(BaseModel):
     line: int
     detail: str
     symbol: str | None = None
+    release: str | None = Field(
+        default=None, description="breaks_at_target: the first release where it fails (null: no history says)."
+    )
     evidence: list[Evidence]
 
 
@@ -132,6 +165,7 @@ class TargetOut(BaseModel, from_attributes=True):
     changed: bool | None = Field(description="Changed between base and target (null without base).")
     file: str | None = None
     line: int | None = None
+    at_base: bool | None = Field(default=None, description="Whether the base defined it (null without base).")
 
 
 class OverrideOut(BaseModel, from_attributes=True):
@@ -155,6 +189,16 @@ class PatchOut(BaseModel, from_attributes=True):
     file: str
     line: int
     on_path: bool
+    helper: str | None = Field(default=None, description="The plugin helper or library patcher it calls.")
+    active: bool | None = Field(
+        default=None, description="Reached from the plugin's entry points (null: no entry points found)."
+    )
+    activation: list[str] = Field(
+        default_factory=list, description="file:line unit steps from the entry point to the patch."
+    )
+    active_if: list[str] = Field(
+        default_factory=list, description="Alternative conditions it runs under; empty: always (when active)."
+    )
 
 
 class KernelOut(BaseModel):
@@ -176,6 +220,18 @@ class ConfigRewriteOut(BaseModel, from_attributes=True):
     architectures: list[str]
     guard: str | None
     model_types: list[str]
+
+
+class InheritedOut(BaseModel, from_attributes=True):
+    kind: InheritedKind = Field(
+        description="What changed for a plugin subclass of an upstream class, between base and target (needs base)."
+    )
+    symbol: str = Field(description="module:Class, and .member for a member's finding.")
+    file: str
+    line: int
+    upstream: str | None = Field(description="The upstream member (or class, for MRO kinds) at the target.")
+    detail: str
+    evidence: list[Evidence] = Field(description="The plugin line, the upstream line at the target, at base.")
 
 
 class WeightLoadingOut(BaseModel, from_attributes=True):
@@ -200,7 +256,11 @@ class TraceOutput(ToolOutput):
     cache_hits: int = 0
     parsed: int = 0
     section: str = "inventory"
-    counts: dict[str, int] = Field(default_factory=dict, description="Size of every list, paged or not.")
+    counts: dict[str, int] = Field(
+        default_factory=dict,
+        description="Size of every list, paged or not: inventory (every node of the walk), inventory.changes "
+        "(the changes view), boundaries.<kind> (every boundary).",
+    )
     defects: list[DefectRow] = Field(default_factory=list)
     ops: list[OpOut] = Field(default_factory=list)
     overrides: list[OverrideOut] = Field(default_factory=list)
@@ -208,14 +268,16 @@ class TraceOutput(ToolOutput):
     kernels: list[KernelOut] = Field(default_factory=list)
     config_rewrites: list[ConfigRewriteOut] = Field(default_factory=list)
     weight_loading: list[WeightLoadingOut] = Field(default_factory=list)
+    inherited: list[InheritedOut] = Field(default_factory=list)
     probe_id: str | None = Field(default=None, description="The op probe's id (cite it as probe evidence).")
 
 
-def _section_rows(section: Section, trace: Trace) -> list[BaseModel]:
+def _section_rows(section: Section, view: View, trace: Trace) -> list[BaseModel]:
     """The chosen list as output rows (only that list is converted)."""
     findings = trace.findings
     if section == "inventory":
-        return [InventoryRow(**vars(r)) for r in trace.walk.rows]
+        rows = trace.walk.rows if view == "full" else changes(trace)
+        return [InventoryRow(**{**vars(r), "importers": grouped(r.importers)}) for r in rows]
     if section == "defects":
         return [DefectRow.model_validate(vars(d)) for d in findings.defects]
     if section == "ops":
@@ -249,18 +311,20 @@ def _section_rows(section: Section, trace: Trace) -> list[BaseModel]:
         "patches": PatchOut,
         "config_rewrites": ConfigRewriteOut,
         "weight_loading": WeightLoadingOut,
+        "inherited": InheritedOut,
     }
     return [models[section].model_validate(item) for item in getattr(findings, section)]
 
 
-def _output(section: Section, trace: Trace, page: Page[BaseModel]) -> TraceOutput:
+def _output(section: Section, view: View, trace: Trace, page: Page[BaseModel]) -> TraceOutput:
+    boundaries = trace.boundaries if view == "full" else summarise(trace.boundaries)
     output = TraceOutput(
         section=section,
         entry=Entry(**vars(trace.entry)),
         total=page.total,
         next_cursor=page.next_cursor,
         inactive=trace.inactive,
-        boundaries=[Boundary(**vars(b)) for b in trace.boundaries],
+        boundaries=[Boundary(**vars(b)) for b in boundaries],
         unknowns=trace.unknowns,
         parse_errors=trace.parse_errors,
         modules_indexed=trace.modules_indexed,
@@ -283,7 +347,9 @@ def trace_dependency(args: TraceInput, env: ToolEnv) -> TraceOutput:
     in the environment record's interpreter), JIT kernel launches, config rewrites, weight loading,
     and defects with file, line and evidence. One list is paged per call (`section`); `counts`
     gives all sizes. With `base`, rows carry the upstream delta and breaking imports the release
-    where they broke.
+    where they broke, and an upstream module whose used definitions did not change is a stable
+    interface boundary: the default view (`changes`) keeps the plugin's nodes and the upstream ones
+    that changed, `full` every node.
     """
     if args.direction == "dependencies" and not args.arch:
         raise bad_input("direction=dependencies needs arch (the architecture name from config.json).")
@@ -309,14 +375,14 @@ def trace_dependency(args: TraceInput, env: ToolEnv) -> TraceOutput:
     request = TraceRequest(args.direction, args.arch, args.symbol, args.depth, args.platform_answers, args.follow_owned)
     trace = run_trace(env.store, Trees(plugin, upstream, base), request, probe, ledger)
     page = paginate(
-        _section_rows(args.section, trace),
+        _section_rows(args.section, args.view, trace),
         cursor=args.cursor,
         limit=args.limit,
         fingerprint=inputs_fingerprint("trace_dependency", args.model_dump(mode="json")),
         default_limit=DEFAULT_LIMIT,
         max_limit=MAX_LIMIT,
     )
-    return _output(args.section, trace, page)
+    return _output(args.section, args.view, trace, page)
 
 
 SPEC = ToolSpec(

@@ -4,6 +4,9 @@ Modules:
 
 - `scanner`: one file's index record (imports under their guards, definitions with body hashes and
   signatures, names used, torch ops), as positional JSON rows, built for speed.
+- `import_scan`: the statements of a file that import (under their guards, inside functions, under
+  `TYPE_CHECKING`) and the module-loader calls whose names its literals decide.
+- `literals`: the strings a file's own literals decide (module names, load paths).
 - `module_index`: the records of whole trees, cached by blob sha (shards and per-tree bundles), and
   the module index that resolves names and relative imports across them.
 - `fact_cache`: small per-file JSON facts of the mechanism scanners, cached by blob sha.
@@ -16,6 +19,12 @@ Modules:
   replacement, class paths a platform returns), and their records.
 - `overrides`: those facts resolved: custom ops, quant configs, attention backends, patches and
   same-path modules, each with the upstream symbol it replaces; class chains.
+- `patch_forms`: what a file runs beyond its imports: patch helpers recognised by their bodies,
+  modules bound from strings, calls naming dotted paths, per function its calls and class paths.
+- `activity`: whether each patch runs: reached from the plugin's entry points (packaging metadata)
+  through imports, calls, class paths and upstream hooks, and under which conditions.
+- `conditions`: the conditions guards put on code (`if` tests as opaque pairs, literals decided),
+  merged over the ways to it.
 - `plugin_facts`: what the plugin's own source says about MACA (platform answers, ops it registers).
 - `op_scanners`: `torch.ops` uses and op registrations (C++ `TORCH_LIBRARY` blocks, Python custom ops).
 

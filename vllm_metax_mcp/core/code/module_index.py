@@ -26,9 +26,10 @@ from typing import Literal
 from ..foundation.atomic import write_bytes_atomic
 from ..foundation.state import StateStore
 from ..sources.subjects import Subject
-from .scanner import Branch, DetailRow, GraphRow, scan_row
+from .import_scan import Branch, ImportKind
+from .scanner import DetailRow, GraphRow, scan_row
 
-RECORD_VERSION = 6
+RECORD_VERSION = 7
 PARALLEL_THRESHOLD = 64
 BUNDLE_THRESHOLD = 64
 """Requests for at least this many blobs (a tree, not a lookup) are also kept as one bundle."""
@@ -51,6 +52,7 @@ class ImportRecord:
     line: int
     guard: str | None
     branch: Branch
+    kind: ImportKind = "import"
 
 
 @dataclass
@@ -118,6 +120,12 @@ class ModuleRecord:
         return self._imports
 
     @property
+    def dynamic_imports(self) -> list[ImportRecord]:
+        """`importlib.import_module` / `__import__` calls whose module name the file's literals decide
+        (kept apart from `imports`: they bind no name the way an import statement does)."""
+        return [ImportRecord(*item) for item in self.graph[5]]
+
+    @property
     def jit_kernels(self) -> list[str]:
         return self.graph[1]
 
@@ -176,7 +184,7 @@ def _decode(stored: str, whole: bool) -> ModuleRecord | None:
     except ValueError:
         return None
     if not (
-        isinstance(graph, list) and len(graph) == 5 and isinstance(graph[0], list) and detail_text.startswith("[[")
+        isinstance(graph, list) and len(graph) == 6 and isinstance(graph[0], list) and detail_text.startswith("[[")
     ):
         return None
     if whole and not (isinstance(detail, list) and len(detail) == 3 and isinstance(detail[0], list)):

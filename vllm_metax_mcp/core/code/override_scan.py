@@ -3,7 +3,10 @@
 `scan_facts` is what the fact cache stores for a blob (JSON, salted by `FACTS_VERSION`):
 assignments to and `setattr` on dotted names, decorators (and decorators applied by hand,
 `Base.register_oot(Cls)`), the plugin's own patch decorators (functions that `setattr` on one of
-their parameters), `sys.modules` replacements, and class paths returned by platform methods.
+their parameters), `sys.modules` replacements, class paths returned by platform methods, and
+what `patch_forms` reads (helpers that patch a module named by a string, modules bound from
+strings, calls naming dotted paths, and per function what it calls). Every patch fact carries its
+scope: the function or method it runs in ("" for module-level code).
 `ModuleFacts.from_json` reads it back as records; `overrides.find_overrides` resolves them
 against the codebase. Nothing here looks beyond the one file.
 """
@@ -17,9 +20,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .dispatch import dotted
+from .patch_forms import DOTTED, Unit, helpers, string_module, unit_record, units
 
-FACTS_VERSION = 1
+FACTS_VERSION = 3
 CLASS_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
+WRAPPERS = frozenset({"staticmethod", "classmethod", "property", "partial", "MethodType"})
 BACKEND_PATH_METHODS = frozenset({"get_path", "get_class"})
 """Methods of upstream's backend enum that turn a member into the backend class (path)."""
 
@@ -30,6 +35,14 @@ def _value(node: ast.AST) -> dict[str, Any]:
         return {"const": node.value}
     name = dotted(node)
     return {"name": name} if name else {}
+
+
+def _installed(node: ast.expr) -> str | None:
+    """The dotted name a patch installs, seen through a descriptor or binding wrapper
+    (`staticmethod(f)`, `property(f)`, `functools.partial(f, ...)`, `MethodType(f, obj)`)."""
+    if isinstance(node, ast.Call) and node.args and (dotted(node.func) or "").split(".")[-1] in WRAPPERS:
+        return dotted(node.args[0])
+    return dotted(node)
 
 
 def _params(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
@@ -70,17 +83,33 @@ class _FactScanner(ast.NodeVisitor):
             "patch_decorators": [],
             "module_replacements": [],
             "path_returns": [],
+            "calls": [],
+            "bindings": [],
         }
-        self.scope: list[str] = []
+        self.scope: list[tuple[str, bool]] = []
+        """Enclosing definitions: (name, is a function)."""
+        self.started: set[int] = set()
+        self.guards: list[str] = []
+        """The `if` tests (and `except` clauses) around the current node inside its unit."""
+
+    @property
+    def unit(self) -> str:
+        """The function or method the current node runs in; "" for module-level and class-body code."""
+        for depth, (_, function) in enumerate(self.scope):
+            if function:
+                return ".".join(name for name, _ in self.scope[: depth + 1])
+        return ""
 
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         self._decorations(node)
         found = _patch_decorator(node)
         if found and not self.scope:
             self.facts["patch_decorators"].append(found)
-        self.scope.append(node.name)
+        self.scope.append((node.name, True))
+        outer, self.guards = self.guards, []
         self.generic_visit(node)
         self.scope.pop()
+        self.guards = outer
 
     visit_AsyncFunctionDef = visit_FunctionDef
 
@@ -90,13 +119,36 @@ class _FactScanner(ast.NodeVisitor):
             for item in node.body:
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     self._path_returns(node.name, item)
-        self.scope.append(node.name)
+        self.scope.append((node.name, False))
         self.generic_visit(node)
         self.scope.pop()
+
+    @property
+    def guard(self) -> str | None:
+        return " and ".join(self.guards) or None
+
+    def visit_If(self, node: ast.If) -> None:
+        self.visit(node.test)
+        test = ast.unparse(node.test)
+        for guard, body in ((test, node.body), (f"not ({test})", node.orelse)):
+            self.guards.append(guard)
+            for statement in body:
+                self.visit(statement)
+            self.guards.pop()
+
+    def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
+        self.guards.append(f"except {ast.unparse(node.type)}" if node.type else "except")
+        self.generic_visit(node)
+        self.guards.pop()
 
     def visit_Assign(self, node: ast.Assign) -> None:
         for target in node.targets:
             self._assignment(target, node.value, node.lineno)
+        module = string_module(node.value)
+        if module and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            self.facts["bindings"].append(
+                {"name": node.targets[0].id, "module": module, "scope": self.unit, "line": node.lineno}
+            )
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:
@@ -107,8 +159,10 @@ class _FactScanner(ast.NodeVisitor):
                     {
                         "target": owner,
                         "attr": attr.value if isinstance(attr, ast.Constant) and isinstance(attr.value, str) else None,
-                        "value": dotted(node.args[2]),
+                        "value": _installed(node.args[2]),
                         "line": node.lineno,
+                        "scope": self.unit,
+                        "guard": self.guard,
                     }
                 )
         elif isinstance(node.func, ast.Call) and node.args and isinstance(node.args[0], ast.Name):
@@ -122,17 +176,41 @@ class _FactScanner(ast.NodeVisitor):
         ):
             # `Base.register_oot(Cls, name=...)`: the class travels as the first argument
             self._decoration(node, node.args[0].id, node.lineno, skip_first=True)
+        self._string_call(node)
         self.generic_visit(node)
+
+    def _string_call(self, node: ast.Call) -> None:
+        """A call naming a dotted path (a helper's or a library patcher's target), or `X.object(T, "a", v)`."""
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "start" and isinstance(node.func.value, ast.Call):
+            self.started.add(id(node.func.value))
+        func = dotted(node.func)
+        strings = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        if func and (any(DOTTED.match(t) for t in strings) or (func.endswith(".object") and strings)):
+            self.facts["calls"].append(
+                {
+                    "func": func,
+                    "args": [_value(a) for a in node.args],
+                    "kwargs": {k.arg: _value(k.value) for k in node.keywords if k.arg},
+                    "line": node.lineno,
+                    "scope": self.unit,
+                    "guard": self.guard,
+                    "started": id(node) in self.started,
+                }
+            )
 
     def _assignment(self, target: ast.expr, value: ast.expr, line: int) -> None:
         if isinstance(target, ast.Attribute):
             name = dotted(target)
             if name and name.split(".")[0] not in ("self", "cls"):
-                self.facts["assignments"].append({"target": name, "value": dotted(value), "line": line})
+                self.facts["assignments"].append(
+                    {"target": name, "value": _installed(value), "line": line, "scope": self.unit, "guard": self.guard}
+                )
         elif isinstance(target, ast.Subscript) and dotted(target.value) == "sys.modules":
             key = target.slice
             if isinstance(key, ast.Constant) and isinstance(key.value, str):
-                self.facts["module_replacements"].append({"module": key.value, "value": dotted(value), "line": line})
+                self.facts["module_replacements"].append(
+                    {"module": key.value, "value": dotted(value), "line": line, "scope": self.unit, "guard": self.guard}
+                )
 
     def _decorations(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> None:
         for decorator in node.decorator_list:
@@ -147,7 +225,15 @@ class _FactScanner(ast.NodeVisitor):
         args = [_value(a) for a in (call.args[1:] if skip_first else call.args)] if call else []
         kwargs = {k.arg: _value(k.value) for k in call.keywords if k.arg} if call else {}
         self.facts["decorations"].append(
-            {"decorator": func, "args": args, "kwargs": kwargs, "target": target, "line": line}
+            {
+                "decorator": func,
+                "args": args,
+                "kwargs": kwargs,
+                "target": target,
+                "line": line,
+                "scope": self.unit,
+                "guard": self.guard,
+            }
         )
 
     def _path_returns(self, cls: str, method: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
@@ -201,7 +287,7 @@ def scan_facts(source: bytes) -> dict[str, Any]:
         return {}
     scanner = _FactScanner()
     scanner.visit(tree)
-    return scanner.facts
+    return {**scanner.facts, "helpers": helpers(tree), "units": units(tree)}
 
 
 # -- the facts as records --------------------------------------------------------------------
@@ -235,6 +321,8 @@ class Assignment:
     target: str
     value: str | None
     line: int
+    scope: str = ""
+    guard: str | None = None
 
 
 @dataclass(frozen=True)
@@ -245,6 +333,8 @@ class SetAttr:
     attr: str | None
     value: str | None
     line: int
+    scope: str = ""
+    guard: str | None = None
 
 
 @dataclass(frozen=True)
@@ -256,6 +346,8 @@ class Decoration:
     kwargs: dict[str, Argument]
     target: str
     line: int
+    scope: str = ""
+    guard: str | None = None
 
     def argument(self, index: int | None, name: str | None) -> Argument | None:
         """The argument bound to a parameter, by keyword first, then by position."""
@@ -291,6 +383,32 @@ class ModuleReplacement:
     module: str
     value: str | None
     line: int
+    scope: str = ""
+    guard: str | None = None
+
+
+@dataclass(frozen=True)
+class StringCall:
+    """A call with a dotted-path string argument (or `X.object(T, "name", ...)`), where it runs,
+    and whether `.start()` is called on its result (a library patcher started by hand)."""
+
+    func: str
+    args: list[Argument]
+    kwargs: dict[str, Argument]
+    line: int
+    scope: str
+    guard: str | None
+    started: bool
+
+
+@dataclass(frozen=True)
+class Binding:
+    """`name = importlib.import_module("a.b")` (or `sys.modules["a.b"]`, `sys.modules.get("a.b")`)."""
+
+    name: str
+    module: str
+    scope: str
+    line: int
 
 
 @dataclass(frozen=True)
@@ -316,6 +434,11 @@ class ModuleFacts:
     patch_decorators: list[PatchDecorator]
     module_replacements: list[ModuleReplacement]
     path_returns: list[PathReturn]
+    calls: list[StringCall]
+    bindings: list[Binding]
+    helpers: list[dict[str, Any]]
+    """`patch_forms.helpers`: the recipe of each patch helper, applied by `patch_forms.expand`."""
+    units: dict[str, Unit]
 
     @classmethod
     def from_json(cls, facts: dict[str, Any]) -> ModuleFacts:
@@ -329,6 +452,8 @@ class ModuleFacts:
                     {k: Argument.from_json(v) for k, v in item["kwargs"].items()},
                     item["target"],
                     item["line"],
+                    item.get("scope", ""),
+                    item.get("guard"),
                 )
                 for item in facts.get("decorations", [])
             ],
@@ -338,4 +463,19 @@ class ModuleFacts:
                 PathReturn(item["class"], item["method"], item["value"], item["how"], item["line"], item["guard"])
                 for item in facts.get("path_returns", [])
             ],
+            [
+                StringCall(
+                    item["func"],
+                    [Argument.from_json(a) for a in item["args"]],
+                    {k: Argument.from_json(v) for k, v in item["kwargs"].items()},
+                    item["line"],
+                    item["scope"],
+                    item["guard"],
+                    item["started"],
+                )
+                for item in facts.get("calls", [])
+            ],
+            [Binding(**item) for item in facts.get("bindings", [])],
+            facts.get("helpers", []),
+            {name: unit_record(u) for name, u in facts.get("units", {}).items()},
         )

@@ -3,10 +3,13 @@
 Mechanisms: `CustomOp.register_oot` (and any upstream class's `register_oot`), quant-config
 registration, attention-backend selection in a platform class (a method overriding an upstream
 platform hook that returns backend class paths), monkey-patches (attribute assignment or
-`setattr` on an imported upstream module or class, the plugin's own patch decorators — functions
-that `setattr` on their arguments —, and `sys.modules` replacement), and same-path modules
+`setattr` on an imported upstream module or class — or on a module bound from a string —, the
+plugin's own patch decorators — functions that `setattr` on their arguments —, calls of the
+plugin's own helpers that patch a module named by a string (`patch_forms`), a library patcher
+started by hand (`mock.patch("a.b.c", new).start()`), and `sys.modules` replacement), and same-path modules
 (`vllm_metax/a/b.py` sharing definitions with `vllm/a/b.py`). Each finding names the upstream
-symbol it replaces, whether that symbol changed between base and target, and the file and line.
+symbol it replaces, whether that symbol existed at base, exists at the target and changed between
+them, and the file and line; each patch also whether it is active (`activity`).
 
 The per-file facts come from `override_scan` (cached by blob sha); this module resolves them
 against the codebase.
@@ -25,16 +28,25 @@ from .module_index import Definition, ModuleIndex
 from .override_scan import (
     CLASS_PATH,
     FACTS_VERSION,
+    Assignment,
     Decoration,
     ModuleFacts,
+    ModuleReplacement,
     PatchDecorator,
+    SetAttr,
+    StringCall,
     scan_facts,
 )
+from .patch_forms import dotted_ref, expand
 
 MAX_CHAIN = 8
 
 OverrideKind = Literal["custom_op", "quant_config", "attention_backend", "same_path"]
-PatchHow = Literal["assignment", "setattr", "decorator", "module_replacement"]
+PatchHow = Literal["assignment", "setattr", "decorator", "helper", "mock_patch", "module_replacement"]
+Site = Assignment | SetAttr | Decoration | StringCall | ModuleReplacement
+"""The fact a patch was found in: its line, the unit it runs in and the guard around it there."""
+MOCK_PATCHERS = frozenset({"unittest.mock.patch", "mock.patch"})
+"""The standard library's patcher (and its backport): `patch("a.b.c", new)`, `patch.object(T, "a", new)`."""
 Workflow = Literal["patch", "registry", "attention_backend"]
 """The workflow that owns a plugin module holding overrides or patches."""
 
@@ -49,6 +61,8 @@ class Target:
     """None when no base was given (or the symbol cannot be compared)."""
     file: str | None = None
     line: int | None = None
+    at_base: bool | None = None
+    """Whether the base defined it (None without a base)."""
 
     @property
     def symbol(self) -> str:
@@ -79,6 +93,18 @@ class Patch:
     line: int
     module: str
     on_path: bool = False
+    helper: str | None = None
+    """The plugin helper (`module:function`) or library patcher the patch is a call of."""
+    scope: str = ""
+    """The function or method the patch runs in ("" for module-level code)."""
+    guard: str | None = None
+    """The `if` tests around it inside that function or module."""
+    active: bool | None = None
+    """Reached from the plugin's entry points through imports and calls (None: no entry points known)."""
+    activation: list[str] = field(default_factory=list)
+    """How it is reached: `file:line unit` from the entry point to the patch's own function or module."""
+    active_if: list[str] = field(default_factory=list)
+    """The conditions on that way (none: it always runs)."""
 
 
 @dataclass
@@ -88,6 +114,8 @@ class Overrides:
     owned: dict[str, Workflow] = field(default_factory=dict)
     """Plugin module -> the workflow that owns it."""
     unknowns: list[str] = field(default_factory=list)
+    facts: dict[str, ModuleFacts] = field(default_factory=dict, repr=False)
+    """The facts they were found in (what `activity` walks)."""
 
 
 def _hashes(index: ModuleIndex, ref: Ref) -> tuple[bool | None, str | None]:
@@ -110,14 +138,14 @@ def _hashes(index: ModuleIndex, ref: Ref) -> tuple[bool | None, str | None]:
 
 def describe_target(code: Codebase, base: ModuleIndex | None, ref: Ref) -> Target:
     exists, now = _hashes(code.index, ref)
-    changed = None
+    changed = before_exists = None
     if base is not None:
         before_exists, before = _hashes(base, ref)
         if before_exists and now is None and before is not None:
             exists, changed = False, True  # the base defined it here; the target does not
         elif before_exists and now is not None and before is not None:
             changed = before != now
-    target = Target(ref, exists, changed)
+    target = Target(ref, exists, changed, at_base=before_exists)
     indexed = code.get(ref.module)
     definition = indexed.record.definition(ref.path[0]) if indexed and ref.path else None
     if indexed is not None:
@@ -161,6 +189,7 @@ class _Finder:
         self.base = base
         self.result = Overrides()
         self.decorators = {(module, d.name): d for module, f in facts.items() for d in f.patch_decorators}
+        self.helpers = {(module, h["name"]): h for module, f in facts.items() for h in f.helpers}
 
     def target(self, ref: Ref) -> Target:
         return describe_target(self.code, self.base, ref)
@@ -182,6 +211,9 @@ class _Finder:
             side = _side(self.code, ref.module)
             if side == "plugin" and len(ref.path) == 1 and (ref.module, ref.path[0]) in self.decorators:
                 self._decorator_patch(module, item, self.decorators[(ref.module, ref.path[0])])
+            elif side == "plugin" and len(ref.path) == 1 and (ref.module, ref.path[0]) in self.helpers:
+                decorated = (item.target, f"{module}:{item.target}")
+                self._helper_patch(module, ref, item, decorated)
             elif side == "upstream" and ref.path[-1] == "register_oot" and len(ref.path) == 2:
                 self._custom_op(module, item, ref)
             elif side == "upstream" and ref.path == ("register_quantization_config",):
@@ -231,17 +263,66 @@ class _Finder:
         attr = (name_arg.text if name_arg is not None else None) or item.target
         owner = self.code.bind(module, target.name)
         if owner is not None:
-            self._patch(
-                "decorator", module, Ref(owner.module, (*owner.path, attr)), f"{module}:{item.target}", item.line
-            )
+            ref = Ref(owner.module, (*owner.path, attr))
+            self._patch("decorator", module, ref, f"{module}:{item.target}", item)
+
+    def _helper_patch(
+        self, module: str, helper: Ref, site: Decoration | StringCall, decorated: tuple[str, str] | None
+    ) -> None:
+        """A call of a plugin helper that patches a module named by a string: its sites, expanded."""
+        recipe = self.helpers[(helper.module, helper.path[0])]
+        pairs = [(a.text, a.name) for a in site.args]
+        named = {k: (a.text, a.name) for k, a in site.kwargs.items()}
+        for text, value in expand(recipe, pairs, named, decorated):
+            ref = dotted_ref(self.code, self.base, text)
+            if ref is not None and ref.path and _side(self.code, ref.module) == "upstream":
+                replacement = self._replacement(module, value) if value and ":" not in value else value
+                self._patch("helper", module, ref, replacement, site, helper.symbol)
+
+    def _bound(self, module: str, facts: ModuleFacts, expression: str, scope: str) -> Ref | None:
+        """`expression` bound through the module's imports, or through a module bound from a string."""
+        head, _, rest = expression.partition(".")
+        for binding in facts.bindings:
+            if binding.name == head and binding.scope in ("", scope):
+                return dotted_ref(self.code, self.base, f"{binding.module}.{rest}" if rest else binding.module)
+        return self.code.bind(module, expression)
+
+    def _calls(self, module: str, call: StringCall) -> None:
+        ref = self.code.bind(module, call.func)
+        if ref is None:
+            return
+        if (
+            _side(self.code, ref.module) == "plugin"
+            and len(ref.path) == 1
+            and (ref.module, ref.path[0]) in self.helpers
+        ):
+            self._helper_patch(module, ref, call, None)
+            return
+        name = ".".join((ref.module, *ref.path))
+        if not call.started or not call.args or name.removesuffix(".object") not in MOCK_PATCHERS:
+            return
+        if name.endswith(".object"):
+            owner = self.code.bind(module, call.args[0].name or "")
+            attr = call.args[1].text if len(call.args) > 1 else None
+            target = Ref(owner.module, (*owner.path, attr)) if owner is not None and attr else None
+            new = call.args[2] if len(call.args) > 2 else call.kwargs.get("new")
+        else:
+            target = dotted_ref(self.code, self.base, call.args[0].text or "")
+            new = call.args[1] if len(call.args) > 1 else call.kwargs.get("new")
+        if target is not None and target.path and _side(self.code, target.module) == "upstream":
+            replacement = self._replacement(module, new.name if new else None)
+            self._patch("mock_patch", module, target, replacement, call, name)
 
     def patches(self, module: str, facts: ModuleFacts) -> None:
         for assignment in facts.assignments:
-            ref = self.code.bind(module, assignment.target)
+            ref = self._bound(module, facts, assignment.target, assignment.scope)
             if ref is not None and ref.path and _side(self.code, ref.module) == "upstream":
-                self._patch("assignment", module, ref, self._replacement(module, assignment.value), assignment.line)
+                value = self._replacement(module, assignment.value)
+                self._patch("assignment", module, ref, value, assignment)
+        for item in facts.calls:
+            self._calls(module, item)
         for call in facts.setattrs:
-            owner = self.code.bind(module, call.target)
+            owner = self._bound(module, facts, call.target, call.scope)
             if owner is None or _side(self.code, owner.module) != "upstream":
                 continue
             if call.attr is None:
@@ -250,11 +331,13 @@ class _Finder:
                 )
                 continue
             replaced = Ref(owner.module, (*owner.path, call.attr))
-            self._patch("setattr", module, replaced, self._replacement(module, call.value), call.line)
+            value = self._replacement(module, call.value)
+            self._patch("setattr", module, replaced, value, call)
         for replacement in facts.module_replacements:
             if _side(self.code, replacement.module) == "upstream":
                 value = self._replacement(module, replacement.value)
-                self._patch("module_replacement", module, Ref(replacement.module), value, replacement.line)
+                ref = Ref(replacement.module)
+                self._patch("module_replacement", module, ref, value, replacement)
 
     def _replacement(self, module: str, value: str | None) -> str | None:
         if value is None:
@@ -262,8 +345,14 @@ class _Finder:
         ref = self.code.bind(module, value)
         return ref.symbol if ref is not None else value
 
-    def _patch(self, how: PatchHow, module: str, ref: Ref, replacement: str | None, line: int) -> None:
-        self.result.patches.append(Patch(how, self.target(ref), replacement, self.path(module), line, module))
+    def _patch(
+        self, how: PatchHow, module: str, ref: Ref, replacement: str | None, site: Site, helper: str | None = None
+    ) -> None:
+        target, file = self.target(ref), self.path(module)
+        patch = Patch(
+            how, target, replacement, file, site.line, module, helper=helper, scope=site.scope, guard=site.guard
+        )
+        self.result.patches.append(patch)
         self.own(module, "patch")
 
     # -- attention backends ----------------------------------------------------------------
@@ -342,6 +431,7 @@ def override_facts(store: StateStore, code: Codebase, packages: frozenset[str]) 
 def find_overrides(code: Codebase, facts: dict[str, ModuleFacts], base: ModuleIndex | None) -> Overrides:
     """Every registration, backend selection and patch of the plugin, and the modules that own them."""
     finder = _Finder(code, facts, base)
+    finder.result.facts = facts
     for module, module_facts in sorted(facts.items()):
         finder.registrations(module, module_facts)
         finder.patches(module, module_facts)

@@ -5,8 +5,9 @@ processes, so it is written for speed: one `ast.parse`, one pass over the expres
 each top-level statement (the children of each node type are looked up once, not discovered by
 `ast.iter_child_nodes`), source-line hashing from a list of significant lines computed once, and
 `ast.unparse` only where text is really recorded (the guard of an `if` or `try` is rendered only
-when an import sits under it). The row, in two parts (what a walk over the whole tree reads, and
-the bulk), is what worker processes store and send back; `module_index` turns it into objects.
+when an import sits under it; `import_scan` reads the statements that import). The row, in two
+parts (what a walk over the whole tree reads, and the bulk), is what worker processes store and
+send back; `module_index` turns it into objects.
 """
 
 from __future__ import annotations
@@ -15,26 +16,17 @@ import ast
 import hashlib
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from typing import Any
 
-from .dispatch import dotted, evaluate
-
-JIT_DECORATOR_MARKERS = ("jit", "autotune", "compile", "custom_op", "register_fake")
-IMPORT_ERRORS = ("ImportError", "ModuleNotFoundError", "Exception")
-
-Branch = Literal["taken", "conditional", "not_taken", "lazy"]
-"""Whether an out-of-tree platform runs an import: always, under an undecided guard, never, or
-inside a function (when called)."""
-GuardKind = Literal["if", "else", "try", "except"]
+from .dispatch import dotted
+from .import_scan import ModuleNames, StatementScanner
 
 # The rows below are positional JSON lists, not records, on purpose: they are the cache format and
 # what worker processes send back, and decoding a tree's worth of them is the hot path of a warm index.
-ImportRow = list[Any]
-"""[module as written, [[name, alias], ...], alias, line, guard, branch]"""
 DefinitionRow = list[Any]
 """[name, kind, line, end_line, bases, names_used, body_hash, signature, members, member_signatures, own_hash]"""
 GraphRow = list[Any]
-"""[imports, jit_kernels, exports, error, guarded_names]: what walks over a whole tree read."""
+"""[imports, jit_kernels, exports, error, guarded_names, dynamic_imports]: what walks over a whole tree read."""
 DetailRow = list[Any]
 """[definitions, names_used, torch_ops]: the bulk of a record, read for the modules a tool looks into."""
 
@@ -164,13 +156,6 @@ def _plain(node: Any) -> str | None:
 
 def _text(node: ast.expr) -> str:
     return _plain(node) or ast.unparse(node)
-
-
-def _decorator_head(decorator: ast.expr) -> str:
-    """What `ast.unparse(decorator)` shows before its first parenthesis."""
-    target = decorator.func if isinstance(decorator, ast.Call) else decorator
-    name = dotted(target)
-    return name if name is not None else ast.unparse(decorator).split("(")[0]
 
 
 def _plain_parameter(arg: ast.arg, default: ast.expr | None, prefix: str = "") -> str | None:
@@ -353,127 +338,6 @@ def _guarded_names(statements: list[ast.stmt], nested: bool = False) -> set[str]
     return names
 
 
-# -- imports and their guards ----------------------------------------------------------------
-
-_NESTED: dict[type, tuple[str, ...]] = {
-    kind: blocks
-    for kind in vars(ast).values()
-    if isinstance(kind, type) and issubclass(kind, ast.stmt)
-    if (blocks := tuple(f for f in ("body", "orelse", "finalbody") if f in kind._fields))
-}
-"""Statement blocks walked without a guard of their own (loops, `with`); `match` cases are not walked."""
-_TRY_KINDS = (ast.Try, getattr(ast, "TryStar", ast.Try))
-_SCANNED = frozenset({ast.Import, ast.ImportFrom, *_NESTED})
-"""Statements that are imports or hold statements; the others (most of them) are skipped unvisited."""
-
-
-class _Guard:
-    """One enclosing `if`/`else`/`try`/`except` of a statement, rendered only when an import needs it."""
-
-    __slots__ = ("handler", "kind", "node")
-
-    def __init__(self, kind: GuardKind, node: ast.stmt, handler: ast.ExceptHandler | None = None) -> None:
-        self.kind, self.node, self.handler = kind, node, handler
-
-
-class _StatementScanner:
-    """Walks statements only (not expressions): imports with their guards, JIT-decorated functions."""
-
-    def __init__(self, answers: Mapping[str, bool]) -> None:
-        self.answers = answers
-        self.imports: list[ImportRow] = []
-        self.jit_kernels: list[str] = []
-        self.guards: list[_Guard] = []
-        self.function_depth = 0
-        self._tests: dict[int, tuple[str, bool | None]] = {}
-        self._catches: dict[int, bool] = {}
-
-    def _test(self, node: ast.If) -> tuple[str, bool | None]:
-        known = self._tests.get(id(node))
-        if known is None:
-            known = self._tests[id(node)] = (ast.unparse(node.test), evaluate(node.test, self.answers))
-        return known
-
-    def _catches_import(self, node: ast.Try) -> bool:
-        known = self._catches.get(id(node))
-        if known is None:
-            known = self._catches[id(node)] = any(
-                h.type is None or any(n in ast.unparse(h.type) for n in IMPORT_ERRORS) for h in node.handlers
-            )
-        return known
-
-    def _render(self, guard: _Guard) -> tuple[str, bool | None] | None:
-        if guard.kind == "if":
-            return self._test(guard.node)  # type: ignore[arg-type]
-        if guard.kind == "else":
-            test, answer = self._test(guard.node)  # type: ignore[arg-type]
-            return f"not ({test})", None if answer is None else not answer
-        if not self._catches_import(guard.node):  # type: ignore[arg-type]
-            return None
-        if guard.kind == "try":
-            return "try (import may fail)", None
-        handler = guard.handler
-        return f"except {ast.unparse(handler.type) if handler and handler.type else ''}".strip(), None
-
-    def _guard(self) -> tuple[str | None, Branch]:
-        rendered = [r for r in map(self._render, self.guards) if r is not None]
-        branch: Branch
-        if self.function_depth:
-            branch = "lazy"
-        elif any(answer is False for _, answer in rendered):
-            branch = "not_taken"
-        elif any(answer is None for _, answer in rendered):
-            branch = "conditional"
-        else:
-            branch = "taken"
-        return " and ".join(text for text, _ in rendered) or None, branch
-
-    def block(self, statements: Iterable[ast.stmt], guard: _Guard | None = None) -> None:
-        if guard:
-            self.guards.append(guard)
-        for statement in statements:
-            if statement.__class__ in _SCANNED:
-                self.statement(statement)
-        if guard:
-            self.guards.pop()
-
-    def statement(self, node: ast.stmt) -> None:
-        kind = node.__class__
-        if kind is ast.Import:
-            guard, branch = self._guard()
-            for alias in node.names:  # type: ignore[attr-defined]
-                self.imports.append([alias.name, [], alias.asname, node.lineno, guard, branch])
-        elif kind is ast.ImportFrom:
-            guard, branch = self._guard()
-            names = [[a.name, a.asname or a.name] for a in node.names]  # type: ignore[attr-defined]
-            self.imports.append(["." * node.level + (node.module or ""), names, None, node.lineno, guard, branch])  # type: ignore[attr-defined]
-        elif kind is ast.If:
-            self.block(node.body, _Guard("if", node))  # type: ignore[attr-defined]
-            self.block(node.orelse, _Guard("else", node))  # type: ignore[attr-defined]
-        elif kind in _TRY_KINDS:
-            self._try(node)  # type: ignore[arg-type]
-        elif kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
-            for decorator in node.decorator_list:  # type: ignore[attr-defined]
-                head = _decorator_head(decorator)
-                if any(marker in head.lower() for marker in JIT_DECORATOR_MARKERS):
-                    self.jit_kernels.append(f"{node.name} @{head}")  # type: ignore[attr-defined]
-            self.function_depth += 1
-            self.block(node.body)  # type: ignore[attr-defined]
-            self.function_depth -= 1
-        elif kind is ast.ClassDef:
-            self.block(node.body)  # type: ignore[attr-defined]
-        else:
-            for child in _NESTED[kind]:
-                self.block(getattr(node, child))
-
-    def _try(self, node: ast.Try) -> None:
-        self.block(node.body, _Guard("try", node))
-        for handler in node.handlers:
-            self.block(handler.body, _Guard("except", node, handler))
-        self.block(node.orelse)
-        self.block(node.finalbody)
-
-
 # -- one file --------------------------------------------------------------------------------
 
 
@@ -483,8 +347,9 @@ def scan_row(source: bytes, answers: Mapping[str, bool] | None = None) -> tuple[
         tree = ast.parse(source)
     except (SyntaxError, ValueError) as exc:
         error = f"{type(exc).__name__}: {getattr(exc, 'msg', exc)} (line {getattr(exc, 'lineno', '?')})"
-        return [[], [], None, error, []], [[], [], []]
-    statements = _StatementScanner(answers or {})
+        return [[], [], None, error, [], []], [[], [], []]
+    loads = b"import_module" in source or b"__import__" in source
+    statements = StatementScanner(answers or {}, ModuleNames(tree) if loads else None)
     statements.block(tree.body)
     kept = _significant(source.decode("utf-8", errors="replace").splitlines())
     definitions: list[DefinitionRow] = []
@@ -495,5 +360,6 @@ def scan_row(source: bytes, answers: Mapping[str, bool] | None = None) -> tuple[
         definitions += _definitions(statement, kept, ops, used)
         found = _exports(statement)
         exports = exports if found is None else found
-    graph = [statements.imports, statements.jit_kernels, exports, None, sorted(_guarded_names(tree.body))]
+    guarded = sorted(_guarded_names(tree.body))
+    graph = [statements.imports, statements.jit_kernels, exports, None, guarded, statements.dynamic]
     return graph, [definitions, sorted(used), ops]

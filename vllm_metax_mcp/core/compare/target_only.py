@@ -23,6 +23,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from ..code.literals import Literals, Scope, argument, callee
 from ..code.module_index import ImportRecord, IndexedModule, ModuleIndex
 from .family import SubdirKind
 from .pairing_context import PairingContext
@@ -49,7 +50,6 @@ _LOADERS: dict[str, tuple[int, str, LoadKind]] = {
     "import_module": (0, "name", "module"),
 }
 """Calls that load a module by file path or dotted name: (argument position, keyword, what it names)."""
-_MAX_DEPTH = 24
 
 
 @dataclass(frozen=True)
@@ -122,69 +122,20 @@ def local_imports(context: PairingContext) -> LocalImports:
     return found
 
 
-@dataclass(frozen=True)
-class _Scope:
-    """The names an expression may use: a call site's values, or the scope's single assignments.
-
-    A name mapped to None is known to be unknown there (a parameter without a value, a name assigned
-    twice), so the lookup does not fall through to an outer scope that happens to bind it.
-    """
-
-    values: Mapping[str, str]
-    assigned: Mapping[str, ast.expr | None]
-    parent: _Scope | None = None
-
-
-def _own_nodes(node: ast.AST) -> Iterator[ast.AST]:
-    """The nodes of a function or module body, without those of nested functions, classes and lambdas."""
-    for child in ast.iter_child_nodes(node):
-        yield child
-        if not isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
-            yield from _own_nodes(child)
-
-
-def _assignments(node: ast.AST) -> dict[str, ast.expr | None]:
-    """Names bound once by a plain assignment (their value), or otherwise (None)."""
-    seen: dict[str, list[ast.expr | None]] = {}
-    plain: set[ast.AST] = set()
-    for child in _own_nodes(node):
-        if isinstance(child, ast.Assign) and len(child.targets) == 1 and isinstance(child.targets[0], ast.Name):
-            seen.setdefault(child.targets[0].id, []).append(child.value)
-            plain.add(child.targets[0])
-        elif isinstance(child, ast.AnnAssign) and isinstance(child.target, ast.Name) and child.value is not None:
-            seen.setdefault(child.target.id, []).append(child.value)
-            plain.add(child.target)
-        elif isinstance(child, ast.Name) and isinstance(child.ctx, ast.Store | ast.Del) and child not in plain:
-            seen.setdefault(child.id, []).append(None)
-    return {name: values[0] if len(values) == 1 else None for name, values in seen.items()}
-
-
-def _callee(func: ast.expr) -> str | None:
-    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
-
-
-Function = ast.FunctionDef | ast.AsyncFunctionDef
-
-
-class _Loads:
+class _Loads(Literals):
     """The modules one plugin file loads by path or name, evaluated from its literals.
 
-    A path is followed through literals, f-strings, `+` and `/`, `Path(...)`, `os.path.join`,
-    `.parent`, `.resolve()` and `<module>.__file__` (an upstream module's file); names through single
-    assignments, and a function's parameters through the literal arguments of its calls in the file.
+    Beyond what `Literals` reads, a path is followed through `/`, `Path(...)`, `os.path.join`,
+    `.parent`, `.resolve()` and `<module>.__file__` (an upstream module's file).
     """
 
     def __init__(self, context: PairingContext, module: IndexedModule, tree: ast.Module, found: LocalImports):
-        self.context, self.module, self.tree, self.found = context, module, tree, found
-        self.top = _Scope({}, _assignments(tree))
-        self.enclosing: dict[ast.AST, Function] = {}
+        super().__init__(tree)
+        self.context, self.module, self.found = context, module, found
         self.bound: dict[str, str] = {}
         """Import-bound names -> the dotted module they may stand for."""
         for node in ast.walk(tree):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                for inner in _own_nodes(node):
-                    self.enclosing[inner] = node
-            elif isinstance(node, ast.Import):
+            if isinstance(node, ast.Import):
                 for alias in node.names:
                     name = alias.asname or alias.name.split(".")[0]
                     self.bound.setdefault(name, alias.name if alias.asname else name)
@@ -195,28 +146,15 @@ class _Loads:
 
     def scan(self) -> None:
         for node in ast.walk(self.tree):
-            if isinstance(node, ast.Call) and (name := _callee(node.func)) in _LOADERS:
+            if isinstance(node, ast.Call) and (name := callee(node.func)) in _LOADERS:
                 self._load(node, name)
-
-    def _scope(self, node: ast.AST, values: Mapping[str, str] | None = None) -> _Scope:
-        """The scope `node` lies in; a function's parameters take `values`, or are unknown."""
-        function = self.enclosing.get(node)
-        if function is None:
-            return self.top
-        assigned = _assignments(function) | {p: None for p in _parameters(function) if p not in (values or {})}
-        return _Scope(values or {}, assigned, self.top)
 
     def _load(self, call: ast.Call, loader: str) -> None:
         position, keyword, kind = _LOADERS[loader]
-        argument = next((k.value for k in call.keywords if k.arg == keyword), None)
-        if argument is None and len(call.args) > position and not isinstance(call.args[position], ast.Starred):
-            argument = call.args[position]
-        if argument is None:
+        loaded = argument(call, position, keyword)
+        if loaded is None:
             return
-        values = [(self._eval(argument, self._scope(call)), call.lineno)]
-        function = self.enclosing.get(call)
-        if values[0][0] is None and function is not None:
-            values = [(self._eval(argument, self._scope(call, bound)), line) for bound, line in self._sites(function)]
+        values = self.values(loaded, call)
         resolved = [(value, line) for value, line in values if value is not None]
         for value, line in resolved:
             upstream = self._upstream(value, kind)
@@ -228,39 +166,12 @@ class _Loads:
                 "the upstream file it loads, if any, is not marked imported_by_local."
             )
 
-    def _sites(self, function: Function) -> list[tuple[dict[str, str], int]]:
-        """Per call of `function` in this file: its parameters' values (those literals decide)."""
-        sites = []
-        for node in ast.walk(self.tree):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == function.name):
-                continue
-            scope = self._scope(node)
-            positional = [a.arg for a in [*function.args.posonlyargs, *function.args.args]]
-            defaults = function.args.defaults
-            given: dict[str, ast.expr] = dict(zip(positional[len(positional) - len(defaults) :], defaults, strict=True))
-            given |= {a.arg: d for a, d in zip(function.args.kwonlyargs, function.args.kw_defaults, strict=True) if d}
-            given |= dict(zip(positional, node.args, strict=False))
-            given |= {k.arg: k.value for k in node.keywords if k.arg}
-            values = {p: v for p, expr in given.items() if (v := self._eval(expr, scope)) is not None}
-            sites.append((values, node.lineno))
-        return sites
-
     def _upstream(self, value: str, kind: LoadKind) -> str | None:
         if kind == "path":
             path = posixpath.normpath(value)
             return path if path in self.context.trees.upstream_files else None
         target = self.context.trees.index.get(value) if not value.startswith(".") else None
         return target.path if target is not None and target.side == "upstream" else None
-
-    def _lookup(self, name: str, scope: _Scope | None, depth: int) -> str | None:
-        while scope is not None:
-            if name in scope.values:
-                return scope.values[name]
-            if name in scope.assigned:
-                value = scope.assigned[name]
-                return None if value is None else self._eval(value, scope, depth + 1)
-            scope = scope.parent
-        return None
 
     def _module_file(self, node: ast.expr) -> str | None:
         """The file of the module a dotted name stands for (`vllm.__file__` -> `vllm/__init__.py`)."""
@@ -273,51 +184,36 @@ class _Loads:
         found = self.context.trees.index.get(".".join([self.bound[node.id], *parts]))
         return found.path if found is not None else None
 
-    def _eval(self, node: ast.expr, scope: _Scope, depth: int = 0) -> str | None:
-        """The string (or path) an expression evaluates to, when its literals decide it."""
-        if depth > _MAX_DEPTH:
-            return None
-        if isinstance(node, ast.Constant):
-            return node.value if isinstance(node.value, str) else None
-        if isinstance(node, ast.JoinedStr):
-            parts = [
-                part.value
-                if isinstance(part, ast.Constant)
-                else self._eval(part.value, scope, depth + 1)
-                if isinstance(part, ast.FormattedValue) and part.format_spec is None
-                else None
-                for part in node.values
-            ]
-            return "".join(p for p in parts if isinstance(p, str)) if all(isinstance(p, str) for p in parts) else None
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Div):
-            left, right = self._eval(node.left, scope, depth + 1), self._eval(node.right, scope, depth + 1)
-            if left is None or right is None:
-                return None
-            return left + right if isinstance(node.op, ast.Add) else posixpath.join(left, right)
-        if isinstance(node, ast.Name):
-            return self.module.path if node.id == "__file__" else self._lookup(node.id, scope, depth)
+    def name(self, name: str, scope: Scope, depth: int) -> str | None:
+        return self.module.path if name == "__file__" else self.lookup(name, scope, depth)
+
+    def other(self, node: ast.expr, scope: Scope, depth: int) -> str | None:
+        """`a / b`, `<module>.__file__`, `.parent` and the path calls."""
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            left, right = self.eval(node.left, scope, depth + 1), self.eval(node.right, scope, depth + 1)
+            return None if left is None or right is None else posixpath.join(left, right)
         if isinstance(node, ast.Attribute) and node.attr == "__file__":
             return self._module_file(node.value)
         if isinstance(node, ast.Attribute) and node.attr == "parent":
-            inner = self._eval(node.value, scope, depth + 1)
+            inner = self.eval(node.value, scope, depth + 1)
             return posixpath.dirname(inner) if inner is not None else None
         if isinstance(node, ast.Call) and not node.keywords:
             return self._call(node, scope, depth)
         return None
 
-    def _call(self, node: ast.Call, scope: _Scope, depth: int) -> str | None:
+    def _call(self, node: ast.Call, scope: Scope, depth: int) -> str | None:
         """`Path(...)`, `os.path.join/dirname/abspath(...)`, `str(...)`, `.resolve()`, `.joinpath(...)`."""
         if any(isinstance(a, ast.Starred) for a in node.args):
             return None
-        args = [self._eval(a, scope, depth + 1) for a in node.args]
+        args = [self.eval(a, scope, depth + 1) for a in node.args]
         texts = [a for a in args if a is not None]
         if len(texts) < len(args):
             return None
         func = node.func
         if isinstance(func, ast.Attribute) and func.attr in ("resolve", "absolute", "expanduser", "joinpath"):
-            base = self._eval(func.value, scope, depth + 1)
+            base = self.eval(func.value, scope, depth + 1)
             return None if base is None or (texts and func.attr != "joinpath") else posixpath.join(base, *texts)
-        name = _callee(func)
+        name = callee(func)
         str_join = isinstance(func, ast.Attribute) and isinstance(func.value, ast.Constant)
         if texts and (name in ("Path", "PurePath", "PosixPath") or (name == "join" and not str_join)):
             return posixpath.join(*texts)
@@ -326,11 +222,6 @@ class _Loads:
         if len(texts) == 1 and name == "dirname":
             return posixpath.dirname(texts[0])
         return None
-
-
-def _parameters(function: Function) -> list[str]:
-    arguments = function.args
-    return [a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]]
 
 
 def _family_of(context: PairingContext, upstream: str) -> str | None:

@@ -67,7 +67,8 @@ def _describe_difference(plugin_hashes: dict[str, str], upstream_hashes: dict[st
 
 def annotate(rows: list[Row], index: ModuleIndex, base_index: ModuleIndex | None, packages: frozenset[str]) -> None:
     """Fill each row's counterpart and MetaX difference (plugin rows) and, with a base, its
-    upstream delta (base -> target)."""
+    upstream delta (base -> target), unless the stability judgement already gave the relevant one
+    (the used definitions that changed, core/trace/stability.py)."""
     for row in rows:
         module, _, symbol = row.name.partition(":")
         if row.side == "plugin":
@@ -79,7 +80,7 @@ def annotate(rows: list[Row], index: ModuleIndex, base_index: ModuleIndex | None
                     symbol or None,
                 )
         upstream_module = module if row.side == "upstream" else (row.upstream_counterpart or "").split(":")[0]
-        if base_index is not None and upstream_module:
+        if base_index is not None and upstream_module and row.upstream_delta is None:
             row.upstream_delta = _delta(
                 _definition_hashes(base_index, upstream_module),
                 _definition_hashes(index, upstream_module),

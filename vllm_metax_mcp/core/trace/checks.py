@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..code.activity import mark_active
 from ..code.codebase import Codebase, Ref
 from ..code.module_index import ModuleIndex, module_name
 from ..code.op_scanners import native_registrations, python_facts, python_registrations
@@ -28,9 +29,11 @@ from ..foundation.policy import Policy
 from ..foundation.state import StateStore
 from ..sources.environment import EnvironmentRecord, check_interpreter
 from ..sources.interpreters import Interpreters
+from ..sources.subjects import Subject
 from .base_init import skipped_base_init
 from .defects import Defect, ImportProblem, import_defects, import_problems, op_defects, override_defects
 from .entry import Model
+from .inherited import Inherited, base_codebase, inherited_behaviour
 from .kernels import KernelLaunch, OpRow, kernel_launches, op_rows, probe_ops
 from .loading import ConfigRewrite, WeightLoading, config_rewrites, weight_loading
 from .revisions import UpstreamHistory
@@ -81,6 +84,7 @@ class Findings:
     """Plugin modules the walk stopped at: pending upgrades and modules other workflows own."""
     config_rewrites: list[ConfigRewrite] = field(default_factory=list)
     weight_loading: list[WeightLoading] = field(default_factory=list)
+    inherited: list[Inherited] = field(default_factory=list)
     unknowns: list[str] = field(default_factory=list)
     probe_id: str | None = None
 
@@ -137,6 +141,7 @@ def check_path(
     history: UpstreamHistory | None,
     plugin_packages: frozenset[str],
     probe: ProbeTarget,
+    base_tree: Subject | None = None,
 ) -> Findings:
     """Overrides on the path, import, init, signature and op defects of the plugin modules walked,
     kernels, ops against the probe, config rewrites and weight loading."""
@@ -146,6 +151,7 @@ def check_path(
     mark_reached(found, reached)
     findings.overrides = found.overrides + same_path_overrides(code, base, reached, plugin_packages)
     findings.patches = found.patches
+    findings.unknowns += mark_active(code, found)
     walked = [
         r.name for r in walk.rows if ":" not in r.name and r.branch != "not_taken" and code.get(r.name) is not None
     ]
@@ -155,6 +161,7 @@ def check_path(
         findings.defects += (
             skipped_base_init(code, module) + call_drift(code, base, module) + override_drift(code, base, module)
         )
+    findings.inherited = inherited_behaviour(code, base_codebase(code, base, base_tree), checked)
     findings.kernels = kernel_launches(code, checked, base)
     findings.defects += kernel_drift(code, findings.kernels, set(checked))
     _ops(store, code, walked, checked, probe, findings)
@@ -185,7 +192,7 @@ def _imports(
     checked: list[str] = []
     model_problems: list[ImportProblem] = []
     for module in modules:
-        problems = import_problems(code, module, findings.unknowns)
+        problems = import_problems(code, module, findings.unknowns, base)
         if module in members:
             model_problems += problems
         elif problems:

@@ -18,15 +18,40 @@ from .annotations import annotate, plugin_packages, recorded_annotations
 from .checks import Findings, ProbeTarget, check_path, owned_modules
 from .entry import TraceEntry, find_entry
 from .revisions import upstream_history
-from .walk import Boundary, Walk, component_boundaries, consumers, inactive_files, walk_dependencies
+from .stability import Assessment, assess
+from .walk import (
+    Boundary,
+    Row,
+    Walk,
+    component_boundaries,
+    consumers,
+    inactive_files,
+    walk_dependencies,
+    walk_edges,
+)
 
 MAX_ROWS = 20000
 UPSTREAM_PREFIXES = ["vllm/"]
 
 Direction = Literal["dependencies", "consumers"]
-Section = Literal["inventory", "defects", "ops", "overrides", "patches", "kernels", "config_rewrites", "weight_loading"]
-FINDING_SECTIONS = ("defects", "ops", "overrides", "patches", "kernels", "config_rewrites", "weight_loading")
+Section = Literal[
+    "inventory", "defects", "ops", "overrides", "patches", "kernels", "config_rewrites", "weight_loading", "inherited"
+]
+FINDING_SECTIONS = (
+    "defects",
+    "ops",
+    "overrides",
+    "patches",
+    "kernels",
+    "config_rewrites",
+    "weight_loading",
+    "inherited",
+)
 """The sections that list findings of the checks (all but the inventory), as named on `Findings`."""
+NO_BASE = (
+    "No base: no upstream interface can be verified stable, so the changes view stops at the upstream "
+    "modules the plugin imports; pass base, or view=full."
+)
 
 
 @dataclass(frozen=True)
@@ -59,6 +84,8 @@ class Trace:
     unknowns: list[str] = field(default_factory=list)
     boundaries: list[Boundary] = field(default_factory=list)
     parse_errors: list[str] = field(default_factory=list)
+    assessment: Assessment | None = None
+    """Stable interfaces and the `changes` view (dependencies only; a consumers walk is all one view)."""
     counts: dict[str, int] = field(default_factory=dict)
     """Size of every section, and of the defects per kind (`defects.<kind>`)."""
     modules_indexed: int = 0
@@ -101,8 +128,15 @@ def _dependencies(
     history = None
     if isinstance(trees.base, RevisionSubject) and isinstance(trees.upstream, RevisionSubject):
         history = upstream_history(trees.upstream.repo, trees.base.commit, trees.upstream.commit, cache)
-    findings = check_path(store, code, walk, found, stop, model, base_index, history, packages, probe())
-    return Trace(found_entry.entry, walk, findings, inactive, found_entry.unknowns + findings.unknowns)
+    findings = check_path(
+        store, code, walk, found, stop, model, base_index, history, packages, probe(), base_tree=trees.base
+    )
+    edges = walk_edges(index, walk, first_party, request.depth)
+    assessment = assess(code, base_index, walk, edges, trees.base)
+    unknowns = found_entry.unknowns + findings.unknowns
+    if base_index is None:
+        unknowns.append(NO_BASE)
+    return Trace(found_entry.entry, walk, findings, inactive, unknowns, assessment=assessment)
 
 
 def run_trace(
@@ -127,18 +161,30 @@ def run_trace(
     recorded_annotations(trace.walk.rows, ledger())
     if trace.walk.truncated:
         trace.unknowns.append(f"The walk stopped at {MAX_ROWS} rows; narrow it with depth.")
+    stable = trace.assessment.stable if trace.assessment else []
     trace.boundaries = component_boundaries(trace.walk) + sorted(
-        trace.findings.boundaries, key=lambda b: (b.kind, b.package)
+        trace.findings.boundaries + stable, key=lambda b: (b.kind, b.package)
     )
     trace.parse_errors = sorted(f"{m.path}: {m.record.error}" for m in index.modules.values() if m.record.error)
-    trace.counts = _counts(trace.walk, trace.findings)
+    trace.counts = _counts(trace)
     trace.modules_indexed, trace.cache_hits, trace.parsed = len(index.modules), cache.hits, cache.misses
     return trace
 
 
-def _counts(walk: Walk, findings: Findings) -> dict[str, int]:
-    counts = {"inventory": len(walk.rows)}
+def changes(trace: Trace) -> list[Row]:
+    """The rows of the `changes` view (every row of a consumers walk)."""
+    return trace.assessment.changes if trace.assessment else trace.walk.rows
+
+
+def _counts(trace: Trace) -> dict[str, int]:
+    """`inventory` counts every node of the walk, `inventory.changes` the default view's."""
+    findings = trace.findings
+    counts = {"inventory": len(trace.walk.rows), "inventory.changes": len(changes(trace))}
     counts.update({name: len(getattr(findings, name)) for name in FINDING_SECTIONS})
+    for boundary in trace.boundaries:
+        counts[f"boundaries.{boundary.kind}"] = counts.get(f"boundaries.{boundary.kind}", 0) + 1
     for defect in findings.defects:
         counts[f"defects.{defect.kind}"] = counts.get(f"defects.{defect.kind}", 0) + 1
+    for item in findings.inherited:
+        counts[f"inherited.{item.kind}"] = counts.get(f"inherited.{item.kind}", 0) + 1
     return counts
