@@ -55,6 +55,18 @@ def rows(result: Any) -> dict[str, Any]:
     return {row.name: row for row in result.inventory}
 
 
+def all_rows(ws: dict[str, Any], **arguments: Any) -> dict[str, Any]:
+    """Every inventory row, page by page (a full walk can exceed one page)."""
+    found: dict[str, Any] = {}
+    cursor = None
+    while True:
+        result = trace(ws, **arguments, **({"cursor": cursor} if cursor else {}))
+        found.update(rows(result))
+        cursor = result.next_cursor
+        if not cursor:
+            return found
+
+
 def test_registrations_of_both_sides_are_found(workspace: dict[str, Any]) -> None:
     entry = trace(workspace, depth=1).entry
     assert entry.plugin == "vllm_metax.models.deepseek_v4:DeepseekV4ForCausalLM"
@@ -64,7 +76,7 @@ def test_registrations_of_both_sides_are_found(workspace: dict[str, Any]) -> Non
 
 
 def test_walk_takes_the_out_of_tree_branch_and_records_the_others(workspace: dict[str, Any]) -> None:
-    found = rows(trace(workspace, depth=3, view="full"))
+    found = all_rows(workspace, depth=3, view="full")
     nvidia = found["vllm.models.deepseek_v4.nvidia.model"]
     assert nvidia.branch == "taken" and "is_rocm()" in nvidia.guard and "is_xpu()" in nvidia.guard
     for platform in ("amd", "xpu"):

@@ -75,8 +75,8 @@ def _in_module(lookup: Lookup, indexed: IndexedModule, name: str, hops: int, see
         found = _in_module(lookup, star, name, hops - 1, seen)
         if found.outcome is not Outcome.MISSING_NAME:
             return found
-    if indexed.record.definition("__getattr__") is not None:
-        return Resolved(Outcome.DYNAMIC, indexed.name, name)
+    if indexed.record.definition("__getattr__") is not None or "__getattr__" in indexed.record.guarded_names:
+        return Resolved(Outcome.DYNAMIC, indexed.name, name)  # a module `__getattr__`, also one under `else:`
     return Resolved(Outcome.MISSING_NAME, indexed.name, name)
 
 
