@@ -510,7 +510,7 @@ def test_annotations_check_their_node(workspace: dict[str, Any]) -> None:
     traced = call(
         workspace,
         trace_tool.SPEC,
-        {"plugin_repo": "plugin", "arch": "DeepseekV4ForCausalLM", "depth": 2, "limit": 1000},
+        {"plugin_repo": "plugin", "arch": "DeepseekV4ForCausalLM", "depth": 2, "limit": 1000, "view": "full"},
         "state",
     )
     assert {r.name: r for r in traced.inventory}["torch"].annotation.startswith("platform_specific")
