@@ -86,28 +86,26 @@ def call(root: Path, upstream: Path, state: Path, **arguments: Any) -> Any:
     return anyio.run(lambda: invoke(tool.SPEC, {"upstream": str(upstream), **arguments}, env))
 
 
+def paired(factory: pytest.TempPathFactory, archive: str, upstream: Path, models: str) -> dict[str, Any]:
+    """One diff_model call over a snapshot's models/ with symbols for every pair, and its pairs by local path."""
+    root = factory.mktemp("real-plugins")
+    assert PLUGINS is not None
+    repo = snapshot_repo(PLUGINS / archive, root)
+    state = factory.mktemp("real-plugins-state")
+    result = call(root, upstream, state, plugin_repo=str(repo), paths=[f"{models}/"], detail="symbols", limit=500)
+    return {"result": result, "pairs": {p.local: p for p in result.pairs}}
+
+
 @pytest.fixture(scope="module")
 def ascend(tmp_path_factory: pytest.TempPathFactory, upstream_026: Path) -> dict[str, Any]:
-    """One pairing of vllm_ascend/models/ against 0.26.0, with symbols (import swaps) for every pair."""
-    root = tmp_path_factory.mktemp("real-plugins")
-    assert PLUGINS is not None
-    repo = snapshot_repo(PLUGINS / ARCHIVE, root)
-    state = tmp_path_factory.mktemp("real-plugins-state")
-    result = call(root, upstream_026, state, plugin_repo=str(repo), paths=[f"{MODELS}/"], detail="symbols", limit=500)
-    return {"result": result, "pairs": {p.local: p for p in result.pairs}}
+    """vllm_ascend/models/ against 0.26.0 (the Dockerfile's VLLM_TAG)."""
+    return paired(tmp_path_factory, ARCHIVE, upstream_026, MODELS)
 
 
 @pytest.fixture(scope="module")
 def gcu(tmp_path_factory: pytest.TempPathFactory, upstream_092: Path) -> dict[str, Any]:
     """vllm_gcu/models/ (the `<name>/<name>.py` layout) against the 0.9.2 it pins (requirements.txt)."""
-    root = tmp_path_factory.mktemp("real-gcu")
-    assert PLUGINS is not None
-    repo = snapshot_repo(PLUGINS / GCU_ARCHIVE, root)
-    state = tmp_path_factory.mktemp("real-gcu-state")
-    result = call(
-        root, upstream_092, state, plugin_repo=str(repo), paths=["vllm_gcu/models/"], detail="symbols", limit=500
-    )
-    return {"result": result, "pairs": {p.local: p for p in result.pairs}}
+    return paired(tmp_path_factory, GCU_ARCHIVE, upstream_092, "vllm_gcu/models")
 
 
 def _expected(snapshot: str) -> list[Any]:

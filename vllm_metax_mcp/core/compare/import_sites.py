@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from ..code.module_index import IndexedModule
 from ..foundation.evidence import NoteEvidence
 from .affixes import ONE_WORD, boundaries
-from .pairing_context import PairingContext
+from .pairing_context import PairingContext, shared_count
 from .pairs import EvidenceItem, Pair, Rule
 
 MAX_ROUNDS = 6
@@ -155,11 +155,6 @@ def site_evidence(context: PairingContext, votes: list[SiteVote]) -> list[Eviden
     ]
 
 
-def _shared(context: PairingContext, local: str, upstream: str) -> int:
-    """How many of the local file's top-level names (affixes dropped) `upstream` defines."""
-    return sum(1 for name in context.local_names(local) if upstream in context.symbols.get(name, {}))
-
-
 def _decide(context: PairingContext, pair: Pair, votes: list[SiteVote]) -> None:
     """Pair an undecided file with the upstream file most of its names come from among those its
     importers point to; the others it also carries are `merged_from`; a decided pair that disagrees
@@ -167,7 +162,8 @@ def _decide(context: PairingContext, pair: Pair, votes: list[SiteVote]) -> None:
     by_upstream: dict[str, list[SiteVote]] = {}
     for vote in votes:
         by_upstream.setdefault(vote.upstream, []).append(vote)
-    shared = {u: _shared(context, pair.local, u) for u in by_upstream}
+    scores = context.symbol_scores(context.local_names(pair.local))
+    shared = {u: shared_count(scores, u) for u in by_upstream}
     ranked = sorted(by_upstream, key=lambda u: (-shared[u], -len(by_upstream[u]), u))
     primary = ranked[0]
     if pair.rule in UNDECIDED or pair.rule is Rule.IMPORT_SITE:

@@ -105,7 +105,8 @@ def _reexports(context: PairingContext, pairs: list[Pair]) -> None:
                 defining, _ = index.resolve_symbol(module.absolute(record.module), original)
                 source = index.get(defining)
                 counterpart = paired.get(source.path) if source is not None and source.side == "plugin" else None
-                exported += source is not None and source.side == "plugin"
+                if source is not None and source.side == "plugin":
+                    exported += 1
                 if counterpart:
                     for init in _upstream_inits(context, counterpart, context.affixes.upstream_name(original)):
                         votes[init] += 1

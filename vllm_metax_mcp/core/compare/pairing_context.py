@@ -55,6 +55,7 @@ class PairingContext:
         self.answers = answers
         self.layouts: dict[str, FamilyLayout] = {}
         self._fan_in: dict[str, int] | None = None
+        self._local_names: dict[str, dict[str, Definition]] = {}
         self.families: dict[str, list[str]] = {}
         for path in sorted(trees.upstream_files):
             if path.startswith(FAMILIES) and path[len(FAMILIES) :].count("/"):
@@ -167,10 +168,13 @@ class PairingContext:
     def local_names(self, local: str) -> dict[str, Definition]:
         """Top-level functions and classes of a local file by upstream name (vendor affixes dropped),
         without classes that extend the upstream class of that name (an extension, not a copy)."""
+        if local in self._local_names:
+            return self._local_names[local]
         module = self.trees.local_modules.get(local)
-        if module is None or module.record.error:
-            return {}
         names: dict[str, Definition] = {}
+        self._local_names[local] = names  # every rule asks for a file's names: resolve its bases once
+        if module is None or module.record.error:
+            return names
         for definition in module.record.definitions:
             if definition.kind not in ("function", "class") or definition.name.startswith("__"):
                 continue
