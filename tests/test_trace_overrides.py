@@ -149,6 +149,24 @@ TORCH_LIBRARY(_maca_C, m) {
   m.impl("fused_rope", torch::kCUDA, &fused_rope);
 }
 """
+# The build compiles the MACA extension from csrc/ unless a switch takes a precompiled package
+# instead (the shape of upstream vLLM's VLLM_USE_PRECOMPILED, with a requirement for the kernels).
+SETUP = """\
+import os
+
+from cmake_build import CMakeExtension
+from setuptools import setup
+
+USE_PRECOMPILED = os.getenv("VLLM_METAX_USE_PRECOMPILED", "0") == "1"
+install_requires = ["torch"]
+ext_modules = []
+if USE_PRECOMPILED:
+    install_requires.append("maca-kernels==0.4.0")
+else:
+    ext_modules.append(CMakeExtension(name="vllm_metax._maca_C", sources=["csrc"]))
+
+setup(name="vllm-metax", install_requires=install_requires, ext_modules=ext_modules)
+"""
 FUSED_QK = """\
 from vllm.models.deepseek_v4.common.ops import fused_q_kv_rmsnorm
 
@@ -223,6 +241,7 @@ EXTRA = {
     "from .model import DeepseekV4ForCausalLM\nfrom .mtp import DeepSeekV4MTP\n",
     f"{MODEL}/maca_layers.py": LAYERS,
     "csrc/torch_bindings.cpp": BINDINGS,
+    "setup.py": SETUP,
 }
 
 
@@ -313,7 +332,10 @@ def test_monkey_patches_by_assignment_decorator_and_setattr(at_033: dict[str, An
     )
     assert removed.target.exists is False  # gone at 0.33.0
     changed = {d.symbol for d in defects(at_033["defects"], "override_target_changed")}
-    assert decorator.target.symbol in changed and "vllm.model_executor.layers.layernorm:RMSNorm" in changed
+    assert "vllm.model_executor.layers.layernorm:RMSNorm" in changed  # the custom op's target changed
+    # nothing imports vllm_metax/patch/deepseek_v4.py (EXTRA): its patches never run, so a changed
+    # target of theirs is no defect
+    assert decorator.active is False and decorator.target.symbol not in changed
 
 
 def test_same_path_override_bypassed_by_a_direct_upstream_import(
@@ -457,6 +479,20 @@ def test_ops_registered_in_cpp_in_python_and_nowhere(at_033: dict[str, Any]) -> 
     assert (
         ops["_maca_C.maca_missing_kernel"].registered_in == [] and ops["_maca_C.maca_missing_kernel"].installed is None
     )
+    # BINDINGS:8 `m.impl("fused_rope", torch::kCUDA, ...)`: the CUDA kernel of the op defined at :5
+    assert ops["_maca_C.fused_rope"].implemented_in == ["csrc/torch_bindings.cpp:8 (TORCH_LIBRARY impl CUDA)"]
+    # SETUP:12 builds vllm_metax._maca_C (namespace _maca_C) unless the switch read at :6 (tested at :9)
+    # takes maca-kernels (:10) instead: the precompiled package is the boundary of the _maca_C ops
+    (built,) = ops["_maca_C.maca_missing_kernel"].built_by
+    assert built.startswith("vllm_metax._maca_C (CMakeExtension at setup.py:12 from csrc, built only when ")
+    assert "VLLM_METAX_USE_PRECOMPILED" in built and 'default "0", setup.py:6; decided at setup.py:9' in built
+    assert ops["_maca_C.fused_rope"].precompiled == [
+        "maca-kernels (requirement at setup.py:10, when VLLM_METAX_USE_PRECOMPILED turns compiling off)"
+    ]
+    assert ops["maca.topk_softmax"].built_by == [] and ops["_C.rms_norm"].built_by == []
+    (boundary,) = [b for b in at_033["ops"].boundaries if b.kind == "precompiled"]
+    assert (boundary.package, boundary.file) == ("maca-kernels", "setup.py")
+    assert "torch.ops._maca_C (2 op(s) on the path)" in boundary.reason
     # without a probe nothing is "not found": the gap is stated instead
     assert not defects(at_033["defects"], "op_not_found")
     assert any("not probed" in u for u in at_033["ops"].unknowns)

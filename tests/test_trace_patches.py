@@ -23,6 +23,7 @@ from vllm_metax_mcp.core.code.module_index import ModuleIndex, RecordCache
 from vllm_metax_mcp.core.code.overrides import Overrides, Patch, find_overrides, override_facts
 from vllm_metax_mcp.core.foundation.state import StateStore
 from vllm_metax_mcp.core.sources.subjects import DirectorySubject
+from vllm_metax_mcp.core.trace.defects import override_defects
 
 UPSTREAM = {
     "vllm/__init__.py": "",
@@ -200,6 +201,12 @@ def find(
     store: StateStore, plugin: DirectorySubject, package: str, upstream: DirectorySubject, base: DirectorySubject
 ) -> Overrides:
     """What a trace finds: the plugin and upstream target indexed together, upstream at base beside."""
+    return find_with_code(store, plugin, package, upstream, base)[0]
+
+
+def find_with_code(
+    store: StateStore, plugin: DirectorySubject, package: str, upstream: DirectorySubject, base: DirectorySubject
+) -> tuple[Overrides, Codebase]:
     cache = RecordCache(store)
     index, base_index = ModuleIndex(), ModuleIndex()
     index.add_tree("plugin", plugin, cache, [f"{package}/"])
@@ -208,7 +215,7 @@ def find(
     code = Codebase(index, {"plugin": plugin, "upstream": upstream}, frozenset({"vllm", package}))
     found = find_overrides(code, override_facts(store, code, frozenset({package})), base_index)
     found.unknowns += mark_active(code, found)
-    return found
+    return found, code
 
 
 def at(found: Overrides, file: str, line: int) -> Patch:
@@ -313,6 +320,22 @@ def test_inactive_patches(synthetic: Overrides) -> None:
     # a guard on a module constant is not evaluated: it stays a condition of the patch
     guarded = synthetic_at(synthetic, WORKER, "    vllm.layers.rms_norm = ")
     assert guarded.active is True and guarded.active_if == ["not (HAS_FAST) and config.worker_cls == 'auto'"]
+
+
+def test_only_patches_that_run_are_defects(tmp_path: Path) -> None:
+    """A patch whose upstream target changed is a defect only when something runs it: orphan.py
+    patches the changed `vllm.layers.rms_norm` (BASE_CHANGES gives it `eps`) but nothing imports it."""
+    upstream = _tree(tmp_path / "target", UPSTREAM)
+    base = _tree(tmp_path / "base", {**UPSTREAM, **BASE_CHANGES})
+    plugin = _tree(tmp_path / "plugin", {**PLUGIN, "pyproject.toml": PYPROJECT})
+    found, code = find_with_code(StateStore(tmp_path / "state"), plugin, "plug", upstream, base)
+    for patch in found.patches:
+        patch.on_path = True  # as if the model's walk reached every target
+    module_of = {m.path: m.name for m in code.index.modules.values() if m.side == "plugin"}
+    changed = {(d.file, d.line) for d in override_defects(code, [], found.patches, module_of)}
+    assert (SIDE, line_of(PLUGIN, SIDE, "layers.rms_norm = ")) in changed  # active, from the platform's hook
+    assert at(found, "plug/patches/orphan.py", 3).active is False
+    assert ("plug/patches/orphan.py", 3) not in changed
 
 
 def test_no_entry_points_leaves_activity_unknown(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from ..core.sources.subjects import RevisionSubject
 from ..core.trace.checks import ProbeTarget, probe_target
 from ..core.trace.defects import DefectKind
 from ..core.trace.inherited import InheritedKind
-from ..core.trace.kernels import SchemaSource
+from ..core.trace.kernels import SchemaSource, extension_text, precompiled_text
 from ..core.trace.loading import WeightLoadingKind
 from ..core.trace.run import Section, Trace, TraceRequest, Trees, changes, run_trace
 from ..core.trace.stability import grouped, summarise
@@ -125,7 +125,8 @@ class Boundary(BaseModel):
         default="component",
         description="component: stdlib / third-party / compiled; pending_upgrade: a plugin module outside the model "
         "whose own imports fail (not a model defect); owned: a patch, registry or attention-backend module; "
-        "stable_interface: an upstream module whose used definitions did not change between base and target.",
+        "stable_interface: an upstream module whose used definitions did not change between base and target; "
+        "precompiled: a package the build takes kernels from instead of compiling them.",
     )
     file: str | None = None
     evidence: list[Evidence] = Field(default_factory=list)
@@ -155,6 +156,17 @@ class OpOut(BaseModel):
         description="Installed schemas, one per overload (or, unprobed, those the sources declare)."
     )
     schema_from: SchemaSource | None = None
+    implemented_in: list[str] = Field(
+        default_factory=list, description="file:line (mechanism kind key) of kernel (impl) and fake registrations."
+    )
+    built_by: list[str] = Field(
+        default_factory=list,
+        description="The plugin build's extension modules registering under this namespace, with the switch that "
+        "gates each.",
+    )
+    precompiled: list[str] = Field(
+        default_factory=list, description="Packages the build takes these kernels from when a switch turns it off."
+    )
 
 
 class TargetOut(BaseModel, from_attributes=True):
@@ -212,6 +224,16 @@ class KernelOut(BaseModel):
     launched_from: list[str]
     missing: dict[str, list[str]] = Field(description="Launch site -> required parameters it binds no argument to.")
     gained: list[str] = Field(description="Parameters the target kernel has and the base kernel had not (with base).")
+    lost: list[str] = Field(default_factory=list, description="Parameters the base kernel had and the target lacks.")
+    constexpr_changed: list[str] = Field(
+        default_factory=list, description="Parameters whose constexpr annotation was added or dropped since base."
+    )
+    stale: dict[str, list[str]] = Field(
+        default_factory=dict, description="Launch site -> keywords it passes for parameters the kernel lost."
+    )
+    via: dict[str, str] = Field(
+        default_factory=dict, description="Launch site -> the local name chosen among several kernels it launches."
+    )
 
 
 class ConfigRewriteOut(BaseModel, from_attributes=True):
@@ -289,6 +311,12 @@ def _section_rows(section: Section, view: View, trace: Trace) -> list[BaseModel]
                 installed=r.installed,
                 schemas=r.schema,
                 schema_from=r.schema_from,
+                implemented_in=[
+                    f"{g.where} ({g.how} {g.kind}{' ' + g.dispatch_key if g.dispatch_key else ''})"
+                    for g in r.implemented_in
+                ],
+                built_by=[extension_text(e) for e in r.built_by],
+                precompiled=[precompiled_text(p) for p in r.precompiled],
             )
             for r in findings.ops
         ]
@@ -303,6 +331,10 @@ def _section_rows(section: Section, view: View, trace: Trace) -> list[BaseModel]
                 launched_from=k.launched_from,
                 missing=k.missing,
                 gained=k.gained,
+                lost=k.lost,
+                constexpr_changed=k.constexpr_changed,
+                stale=k.stale,
+                via=k.via,
             )
             for k in findings.kernels
         ]

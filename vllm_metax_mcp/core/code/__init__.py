@@ -26,7 +26,10 @@ Modules:
 - `conditions`: the conditions guards put on code (`if` tests as opaque pairs, literals decided),
   merged over the ways to it.
 - `plugin_facts`: what the plugin's own source says about MACA (platform answers, ops it registers).
-- `op_scanners`: `torch.ops` uses and op registrations (C++ `TORCH_LIBRARY` blocks, Python custom ops).
+- `op_scanners`: `torch.ops` uses and op registrations (every C++ `TORCH_LIBRARY*` family with its
+  defs and impls, Python custom ops, pybind functions).
+- `build_files`: the extension modules a build compiles, the environment switches that gate them,
+  and the precompiled packages a switch takes kernels from instead.
 
 Serves trace_dependency (directly and through `trace`), diff_model (through `compare`) and
 audit_commits (through `audit`). Depends on `foundation` and `sources`.

@@ -1,15 +1,17 @@
 """Op facts of source trees: `torch.ops` uses and op registrations, found by scanning code.
 
-Registrations come from a plain text scan of C/C++/CUDA sources (`TORCH_LIBRARY*` blocks and their
-`.def(...)` schemas) and from Python custom-op registration (`direct_register_custom_op`,
-`torch.library.custom_op` / `define`, `Library(...).define`) in either tree. Serves trace_dependency
-(kernels on the path) and diff_model / audit_commits (the ops the plugin registers).
+Registrations come from a text scan of C/C++/CUDA sources (every `TORCH_LIBRARY*` macro family, stable
+ABI included: `.def` schemas, `.impl` kernels and their dispatch keys; `PYBIND11_MODULE` functions, no
+torch ops, apart) and from Python registration calls or decorators (`direct_register_custom_op`,
+`torch.library` functions, `Library` methods) in either tree; each says what it adds (`kind`). Serves
+trace_dependency (kernels on the path) and diff_model / audit_commits (the ops the plugin registers).
 """
 
 from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -18,21 +20,38 @@ from .codebase import Codebase
 from .dispatch import dotted
 from .fact_cache import FactCache
 
-PYTHON_FACTS_VERSION = 2
-NATIVE_FACTS_VERSION = 1
+PYTHON_FACTS_VERSION = 3
+NATIVE_FACTS_VERSION = 2
 NATIVE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".h", ".hpp", ".hip", ".mm")
 BUILD_NAMESPACE = "TORCH_EXTENSION_NAME"
 """The macro the build defines as the extension's name: the namespace is only known from the build."""
-LIBRARY = re.compile(r"\bTORCH_LIBRARY(_FRAGMENT|_EXPAND)?\s*\(")
+BLOCK = re.compile(r"\b((?:STABLE_)?TORCH_LIBRARY(?:_FRAGMENT|_IMPL_EXPAND|_IMPL|_EXPAND)?|PYBIND11_MODULE)\s*\(")
+NATIVE_KEY = re.compile(r"(?:\w+::)*(?:DispatchKey|DeviceType)::(\w+)|(?:\w+::)*k([A-Z]\w*)")
+"""A dispatch key argument of `.impl`: `c10::DispatchKey::CUDA`, `torch::kCUDA`."""
 STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
+TOKEN = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|[()\[\]{},]")
+"""What bracket matching looks at: string and char literals (skipped whole), brackets, commas."""
 DEFAULT_NAMESPACE = "vllm"
 """`direct_register_custom_op` without `target_lib` registers into vLLM's own library."""
 DEFINE = re.compile(r"#\s*define\s+(\w+)\s+(\w+)")
 STRING_OR_COMMENT = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*|/\*.*?\*/', re.S)
+PYTHON_NEEDLES = (b"torch.ops", b"custom_op", b"Library", b"library", b".define(", b".impl(", b"register_", b"_op(")
 
-RegistrationHow = Literal[
-    "direct_register_custom_op", "torch.library.custom_op", "torch.library.define", "Library.define", "TORCH_LIBRARY"
-]
+RegistrationKind = Literal["def", "impl", "fake"]
+"""What a registration adds: the op itself (its schema), a kernel for a dispatch key, a fake (meta) kernel."""
+DEFINITIONS: tuple[RegistrationKind, ...] = ("def",)
+"""The default view: what makes an op exist. An impl or fake only adds a kernel to an op defined elsewhere."""
+NATIVE_LISTS: dict[RegistrationKind, str] = {"def": "registrations", "impl": "impls"}
+"""Where `scan_native` keeps each kind (defs under their first key)."""
+DefinitionHow = Literal["TORCH_LIBRARY", "TORCH_LIBRARY_FRAGMENT", "TORCH_LIBRARY_EXPAND"]
+ImplHow = Literal["TORCH_LIBRARY_IMPL", "TORCH_LIBRARY_IMPL_EXPAND"]
+StableHow = Literal["STABLE_TORCH_LIBRARY", "STABLE_TORCH_LIBRARY_FRAGMENT", "STABLE_TORCH_LIBRARY_IMPL"]
+"""The native macro families (`how` of a C/C++ registration)."""
+TorchLibraryHow = Literal["torch.library.custom_op", "torch.library.triton_op", "torch.library.define"]
+TorchKernelHow = Literal["torch.library.impl", "torch.library.register_kernel"]
+TorchFakeHow = Literal["torch.library.register_fake", "torch.library.impl_abstract"]
+LibraryHow = Literal["direct_register_custom_op", "Library.define", "Library.impl", "Library.register_fake"]
+RegistrationHow = Literal[DefinitionHow, ImplHow, StableHow, TorchLibraryHow, TorchKernelHow, TorchFakeHow, LibraryHow]
 
 
 # -- Python facts ----------------------------------------------------------------------------
@@ -49,40 +68,92 @@ def call_argument(call: ast.Call, position: int, keyword: str) -> ast.AST | None
     return call.args[position] if len(call.args) > position else None
 
 
-def _registration(call: ast.Call) -> dict[str, Any] | None:
-    callee = dotted(call.func) or ""
-    last = callee.rsplit(".", 1)[-1]
-    if last == "direct_register_custom_op":
-        name = const_string(call_argument(call, 0, "op_name"))
-        lib = call_argument(call, 99, "target_lib")
-        return (
-            {
-                "callee": callee,
-                "name": name,
-                "lib": dotted(lib) if lib is not None else None,
-                "how": "direct_register_custom_op",
-            }
-            if name
-            else None
-        )
+@dataclass(frozen=True)
+class _Form:
+    """How one registration function reads: what it adds, where its dispatch key is, what it needs."""
+
+    kind: RegistrationKind
+    key_position: int = 99
+    key_keyword: str = ""
+    arguments: int = 1
+    """Arguments a registration passes at least (a kernel beside the name), so `x.impl(y)` is no match."""
+
+
+QUALIFIED_FORMS = {
+    "custom_op": _Form("def", 3, "device_types"),
+    "triton_op": _Form("def"),
+    "define": _Form("def"),
+    "impl": _Form("impl", 1, "types"),
+    "register_kernel": _Form("impl", 1, "device_types"),
+    "register_fake": _Form("fake"),
+    "impl_abstract": _Form("fake"),
+}
+"""`torch.library` functions, which name the op `ns::name`."""
+LIBRARY_FORMS = {
+    "define": _Form("def"),
+    "impl": _Form("impl", 2, "dispatch_key", 2),
+    "register_fake": _Form("fake", arguments=2),
+    "_register_fake": _Form("fake", arguments=2),
+}
+"""`Library` methods, which name the op inside the object's namespace (`lib.impl("name", fn, "CUDA")`)."""
+DIRECT_FORM = _Form("def", 5, "dispatch_key")
+"""vLLM's `direct_register_custom_op(op_name, op_func, mutates_args, fake_impl, target_lib, dispatch_key)`."""
+
+
+def _dispatch_key(node: ast.AST | None) -> str | None:
+    """A literal dispatch key or device type; a literal list of them joined by commas."""
+    if isinstance(node, (ast.List, ast.Tuple)):
+        keys = [const_string(item) for item in node.elts]
+        return ",".join(k for k in keys if k) if keys and all(keys) else None
+    return const_string(node)
+
+
+def _qualified_op(literal: str | None) -> str | None:
+    """`ns.name` of a literal `ns::name` or `ns::name(schema)`."""
+    if not literal or "::" not in literal:
+        return None
+    namespace, _, rest = literal.partition("::")
+    return f"{namespace}.{rest.split('(')[0].strip()}"
+
+
+def _registered(callee: str, how: str, form: _Form, call: ast.Call, **names: str | None) -> dict[str, Any]:
+    key = _dispatch_key(call_argument(call, form.key_position, form.key_keyword))
+    return {"callee": callee, "how": how, "kind": form.kind, "dispatch_key": key, **names}
+
+
+def _on_library(call: ast.Call, callee: str, lib: str, last: str) -> dict[str, Any] | None:
+    """`lib.define/impl/_register_fake("name", ...)`; a name computed at run time is kept (None), so that
+    a library object of the file can say it registers ops no scan can name."""
+    form = LIBRARY_FORMS.get(last)
+    if form is None or len(call.args) + len(call.keywords) < form.arguments:
+        return None
     first = const_string(call.args[0]) if call.args else None
-    if last in ("custom_op", "define") and first and "::" in first:
-        namespace, _, rest = first.partition("::")
-        return {"callee": callee, "op": f"{namespace}.{rest.split('(')[0].strip()}", "how": f"torch.library.{last}"}
-    if last == "define" and first and isinstance(call.func, ast.Attribute):
-        return {
-            "callee": callee,
-            "name": first.split("(")[0].strip(),
-            "lib": dotted(call.func.value),
-            "how": "Library.define",
-            "schema": first,
-        }
-    return None
+    how = f"Library.{last.lstrip('_')}"
+    if op := _qualified_op(first):
+        return _registered(callee, how, form, call, op=op)
+    name = first.split("(")[0].strip() if first else None
+    return _registered(callee, how, form, call, name=name, lib=lib, schema=first if last == "define" else None)
+
+
+def _registration(call: ast.Call) -> dict[str, Any] | None:
+    """A registration call: a `Library` object's method, else a `torch.library` function (or its imported
+    name), which names the op `ns::name`."""
+    callee = dotted(call.func) or ""
+    receiver, _, last = callee.rpartition(".")
+    if last == "direct_register_custom_op":
+        name, lib = const_string(call_argument(call, 0, "op_name")), call_argument(call, 4, "target_lib")
+        direct = _registered(callee, last, DIRECT_FORM, call, name=name, lib=dotted(lib) if lib else None)
+        return direct if name else None
+    found = _on_library(call, callee, receiver, last) if receiver.rsplit(".", 1)[-1] not in ("", "library") else None
+    if found:
+        return found
+    op, form = _qualified_op(const_string(call.args[0]) if call.args else None), QUALIFIED_FORMS.get(last)
+    return _registered(callee, f"torch.library.{last}", form, call, op=op) if op and form else None
 
 
 def scan_python(source: bytes) -> dict[str, Any]:
     """`torch.ops` uses, `Library("ns", ...)` objects and op registrations of one Python file."""
-    if not any(needle in source for needle in (b"torch.ops", b"custom_op", b"Library", b".define(")):
+    if not any(needle in source for needle in PYTHON_NEEDLES):
         return {}
     try:
         tree = ast.parse(source)
@@ -94,8 +165,7 @@ def scan_python(source: bytes) -> dict[str, Any]:
     registrations: list[dict[str, Any]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute):
-            chain = dotted(node) or ""
-            parts = chain.split(".")
+            parts = (dotted(node) or "").split(".")
             if len(parts) == 4 and parts[:2] == ["torch", "ops"]:
                 uses.append([f"{parts[2]}.{parts[3]}", node.lineno])
         elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
@@ -115,7 +185,7 @@ def scan_python(source: bytes) -> dict[str, Any]:
         "uses": sorted(uses, key=lambda u: (u[0], u[1])),
         "libraries": libraries,
         "defined": defined,
-        "registrations": registrations,
+        "registrations": [r for r in registrations if r.get("op") or r.get("name") or r.get("lib") in libraries],
     }
 
 
@@ -145,9 +215,12 @@ class PythonRegistration:
     op: str | None = None
     """`ns.name` when the call spells the namespace out (`torch.library`)."""
     name: str | None = None
-    """The op name alone, when the namespace is a library object's (`lib`) or the helper's default."""
+    """The op name alone (the namespace is library `lib`'s or the helper's); None: computed at run time."""
     lib: str | None = None
     schema: str | None = None
+    kind: RegistrationKind = "def"
+    dispatch_key: str | None = None
+    """The dispatch key or device type(s) the call names literally."""
 
 
 @dataclass(frozen=True)
@@ -166,25 +239,16 @@ class PythonOpFacts:
             [OpSite(op, line) for op, line in facts.get("uses", [])],
             dict(facts.get("libraries", {})),
             [NamespaceDefinition(namespace, line) for namespace, line in facts.get("defined", [])],
-            [
-                PythonRegistration(
-                    item["callee"],
-                    item["how"],
-                    item["line"],
-                    item.get("op"),
-                    item.get("name"),
-                    item.get("lib"),
-                    item.get("schema"),
-                )
-                for item in facts.get("registrations", [])
-            ],
+            [PythonRegistration(**item) for item in facts.get("registrations", [])],
         )
 
     def local_ops(self) -> list[OpSite]:
-        """Each registration whose namespace the file itself names; `direct_register_custom_op`
-        without a target library registers into vLLM's own."""
+        """Each op the file defines in a namespace the file itself names; `direct_register_custom_op`
+        without a target library registers into vLLM's own. Impls and fakes define no op."""
         found = []
         for item in self.registrations:
+            if item.kind != "def" or not (item.op or item.name):
+                continue
             if item.op:
                 found.append(OpSite(item.op, item.line))
             elif item.how == "direct_register_custom_op":
@@ -194,52 +258,31 @@ class PythonOpFacts:
         return found
 
 
+NO_FACTS = PythonOpFacts([], {}, [], [])
+
+
 # -- native facts ----------------------------------------------------------------------------
 
 
 def _balanced(text: str, start: int, opening: str, closing: str) -> int:
     """Index just past the bracket that closes the one at `start` (strings and chars skipped)."""
-    depth, index, quote = 0, start, None
-    while index < len(text):
-        char = text[index]
-        if quote:
-            if char == "\\":
-                index += 1
-            elif char == quote:
-                quote = None
-        elif char in "\"'":
-            quote = char
-        elif char == opening:
-            depth += 1
-        elif char == closing:
-            depth -= 1
-            if depth == 0:
-                return index + 1
-        index += 1
+    depth = 0
+    for token in TOKEN.finditer(text, start):
+        depth += (token[0] == opening) - (token[0] == closing)
+        if depth == 0:
+            return token.end()
     return len(text)
 
 
 def _split_arguments(text: str) -> list[str]:
     """Top-level comma-separated arguments (brackets and string literals respected)."""
-    parts, depth, current, quote, escaped = [], 0, "", None, False
-    for char in text:
-        if quote:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == quote:
-                quote = None
-        elif char in "\"'":
-            quote = char
-        elif char == "," and depth == 0:
-            parts.append(current.strip())
-            current = ""
-            continue
-        else:
-            depth += (char in "([{") - (char in ")]}")
-        current += char
-    parts.append(current.strip())
+    parts, depth, begin = [], 0, 0
+    for token in TOKEN.finditer(text):
+        depth += (token[0] in "([{") - (token[0] in ")]}")
+        if token[0] == "," and depth == 0:
+            parts.append(text[begin : token.start()].strip())
+            begin = token.end()
+    parts.append(text[begin:].strip())
     return parts
 
 
@@ -255,46 +298,80 @@ def _namespace(expression: str, expand: bool, macros: dict[str, str]) -> str:
 
 def _blank_comments(text: str) -> str:
     """Comments replaced by spaces (newlines kept, so line numbers stay right)."""
+    return STRING_OR_COMMENT.sub(lambda m: m[0] if m[0].startswith('"') else re.sub(r"[^\n]", " ", m[0]), text)
 
-    def blank(match: re.Match[str]) -> str:
-        token = match.group(0)
-        return token if token.startswith('"') else re.sub(r"[^\n]", " ", token)
 
-    return STRING_OR_COMMENT.sub(blank, text)
+def _line(text: str, index: int) -> int:
+    return text.count("\n", 0, index) + 1
+
+
+@dataclass(frozen=True)
+class _Call:
+    """A call in C/C++ text: a block macro, with the `{ ... }` body after it in [start, end) (a `#define`
+    of the macro has none and is skipped), or a member call (`m.def(...)`) inside such a body."""
+
+    name: str
+    arguments: list[str]
+    line: int
+    start: int
+    end: int
+
+
+def _call(text: str, name: str, at: int, open_paren: int) -> _Call:
+    close = _balanced(text, open_paren, "(", ")")
+    body = re.compile(r"\s*\{").match(text, close)
+    start = body.end() - 1 if body else close
+    end = _balanced(text, start, "{", "}") if body else close
+    return _Call(name, _split_arguments(text[open_paren + 1 : close - 1]), _line(text, at), start, end)
+
+
+def _member_calls(text: str, block: _Call, receiver: str, methods: str) -> Iterator[_Call]:
+    pattern = re.compile(rf"\b{re.escape(receiver)}\s*\.\s*({methods})\s*\(")
+    for found in pattern.finditer(text, block.start, block.end):
+        yield _call(text, found.group(1), found.end() - 1, found.end() - 1)
+
+
+def _library(text: str, block: _Call, macros: dict[str, str], facts: dict[str, list[dict[str, Any]]]) -> None:
+    """The defs (their first JSON shape) and impls of one `TORCH_LIBRARY*` block; IMPL forms take
+    (ns, dispatch key, receiver), and an impl's own key argument wins over the block's."""
+    impl_block = "_IMPL" in block.name
+    namespace = _namespace(block.arguments[0], block.name.endswith("_EXPAND"), macros)
+    facts["blocks"].append({"how": block.name, "line": block.line, "end": _line(text, block.end - 1)})
+    for call in _member_calls(text, block, block.arguments[2 if impl_block else 1], "def|impl"):
+        literal = "".join(STRING.findall(call.arguments[0]))
+        qualifier, _, name = literal.split("(")[0].strip().rpartition("::")
+        if not name:
+            continue
+        entry = {"ns": qualifier or namespace, "name": name, "line": call.line}
+        if call.name == "def":
+            schema = (literal.split("::", 1)[1] if qualifier else literal) if "(" in literal else None
+            facts["registrations"].append({**entry, "schema": schema})
+            continue
+        key = NATIVE_KEY.fullmatch(call.arguments[1]) if len(call.arguments) > 1 else None
+        dispatch_key = (key.group(1) or key.group(2)) if key else (block.arguments[1] if impl_block else None)
+        facts["impls"].append({**entry, "dispatch_key": dispatch_key})
 
 
 def scan_native(source: bytes) -> dict[str, Any]:
-    """`TORCH_LIBRARY*(ns, m) { m.def("name(schema) -> ...") }` registrations of one C/C++ file."""
-    if b"TORCH_LIBRARY" not in source:
+    """`TORCH_LIBRARY*` blocks of one C/C++ file, their `.def` schemas and `.impl` kernels, and the
+    functions of its `PYBIND11_MODULE` blocks. A def or impl finds its macro in `blocks` by line."""
+    if b"TORCH_LIBRARY" not in source and b"PYBIND11_MODULE" not in source:
         return {}
     text = _blank_comments(source.decode("utf-8", errors="replace"))
     macros = dict(DEFINE.findall(text))
-    registrations = []
-    for match in LIBRARY.finditer(text):
-        open_paren = match.end() - 1
-        close = _balanced(text, open_paren, "(", ")")
-        arguments = _split_arguments(text[open_paren + 1 : close - 1])
-        if len(arguments) < 2:
+    facts: dict[str, list[dict[str, Any]]] = {"registrations": [], "impls": [], "blocks": [], "pybind": []}
+    for match in BLOCK.finditer(text):
+        block = _call(text, match.group(1), match.start(), match.end() - 1)
+        if block.start == block.end or len(block.arguments) < (3 if "_IMPL" in block.name else 2):
+            continue  # no body: a `#define` of the macro
+        if block.name != "PYBIND11_MODULE":
+            _library(text, block, macros, facts)
             continue
-        namespace = _namespace(arguments[0], match.group(1) == "_EXPAND", macros)
-        brace = text.find("{", close)
-        end = _balanced(text, brace, "{", "}") if brace >= 0 else close
-        receiver = re.escape(arguments[1])
-        for definition in re.finditer(rf"\b{receiver}\s*\.\s*def\s*\(", text[brace:end]):
-            start = brace + definition.end() - 1
-            body = text[start + 1 : _balanced(text, start, "(", ")") - 1]
-            schema = "".join(STRING.findall(_split_arguments(body)[0]))
-            name = schema.split("(")[0].strip()
+        for call in _member_calls(text, block, block.arguments[-1], "def"):
+            name = "".join(STRING.findall(call.arguments[0]))
             if name:
-                registrations.append(
-                    {
-                        "ns": namespace,
-                        "name": name,
-                        "schema": schema if "(" in schema else None,
-                        "line": text.count("\n", 0, start) + 1,
-                    }
-                )
-    return {"registrations": registrations}
+                facts["pybind"].append({"module": block.arguments[0], "name": name, "line": call.line})
+    return facts
 
 
 @dataclass(frozen=True)
@@ -306,11 +383,30 @@ class OpRegistration:
     schema: str | None = None
     module: str | None = None
     """The Python module that registers it when imported (None for C++)."""
+    kind: RegistrationKind = "def"
+    dispatch_key: str | None = None
+    """The dispatch key (C++) or key / device type(s) (Python) of an impl, when written literally."""
 
     def matches(self, op: str) -> bool:
         namespace, _, name = op.partition(".")
         mine, _, own = self.op.partition(".")
         return own == name and re.fullmatch(re.escape(mine).replace(r"\*", ".*"), namespace) is not None
+
+
+@dataclass(frozen=True)
+class PybindFunction:
+    """`m.def("name", ...)` in `PYBIND11_MODULE(module, m)`: a function of an extension module, no torch op."""
+
+    module: str
+    """As written: the module's name, or the build's macro (`TORCH_EXTENSION_NAME`)."""
+    name: str
+    where: str
+
+
+@dataclass(frozen=True)
+class _NativeFile:
+    path: str
+    facts: dict[str, Any]
 
 
 def python_facts(store: StateStore, code: Codebase) -> dict[str, PythonOpFacts]:
@@ -324,24 +420,40 @@ def python_facts(store: StateStore, code: Codebase) -> dict[str, PythonOpFacts]:
     return facts
 
 
-def _libraries(facts: dict[str, PythonOpFacts], module: str) -> dict[str, str]:
-    found = facts.get(module)
-    return found.libraries if found else {}
-
-
-def native_registrations(store: StateStore, code: Codebase) -> list[OpRegistration]:
+def _native_files(store: StateStore, code: Codebase) -> Iterator[_NativeFile]:
     cache = FactCache(store, "ops-native", NATIVE_FACTS_VERSION)
-    found = []
     for subject in code.subjects.values():
         paths = [p for p in subject.list() if p.endswith(NATIVE_SUFFIXES)]
         for path, value in sorted(cache.get_many(subject, paths, scan_native).items()):
-            for item in value.get("registrations", []):
-                found.append(
-                    OpRegistration(
-                        f"{item['ns']}.{item['name']}", f"{path}:{item['line']}", "TORCH_LIBRARY", item["schema"]
-                    )
-                )
+            yield _NativeFile(path, value)
+
+
+def _block_how(facts: dict[str, Any], line: int) -> RegistrationHow:
+    """The macro of the block holding `line`."""
+    return next((b["how"] for b in facts.get("blocks", []) if b["line"] <= line <= b["end"]), "TORCH_LIBRARY")
+
+
+def native_registrations(
+    store: StateStore, code: Codebase, kinds: Collection[RegistrationKind] = DEFINITIONS
+) -> list[OpRegistration]:
+    """C/C++ registrations of both trees: the ops they define, and with `kinds` the kernels they add."""
+    found = []
+    for file in _native_files(store, code):
+        for kind in [k for k in NATIVE_LISTS if k in kinds]:
+            for item in file.facts.get(NATIVE_LISTS[kind], []):
+                how, where = _block_how(file.facts, item["line"]), f"{file.path}:{item['line']}"
+                op, schema, key = f"{item['ns']}.{item['name']}", item.get("schema"), item.get("dispatch_key")
+                found.append(OpRegistration(op, where, how, schema, None, kind, key))
     return found
+
+
+def pybind_functions(store: StateStore, code: Codebase) -> list[PybindFunction]:
+    """The functions `PYBIND11_MODULE` blocks of both trees expose: calls through an extension module, no op."""
+    return [
+        PybindFunction(item["module"], item["name"], f"{file.path}:{item['line']}")
+        for file in _native_files(store, code)
+        for item in file.facts.get("pybind", [])
+    ]
 
 
 def _library_namespace(
@@ -349,23 +461,30 @@ def _library_namespace(
 ) -> str | None:
     """The namespace of a `Library` object named in `module`, or the registering helper's default."""
     if lib is not None:
-        local = _libraries(facts, module)
+        local = facts.get(module, NO_FACTS).libraries
         if lib in local:
             return local[lib]
         ref = code.bind(module, lib)
-        return _libraries(facts, ref.module).get(ref.path[0]) if ref and len(ref.path) == 1 else None
+        return facts.get(ref.module, NO_FACTS).libraries.get(ref.path[0]) if ref and len(ref.path) == 1 else None
     ref = code.bind(module, callee)
-    defaults = list(_libraries(facts, ref.module).values()) if ref else []
+    defaults = list(facts.get(ref.module, NO_FACTS).libraries.values()) if ref else []
     return defaults[0] if len(set(defaults)) == 1 else None
 
 
-def python_registrations(code: Codebase, facts: dict[str, PythonOpFacts]) -> tuple[list[OpRegistration], list[str]]:
-    """Registrations in Python, plus unknowns (a registration whose namespace cannot be told)."""
+def python_registrations(
+    code: Codebase, facts: dict[str, PythonOpFacts], kinds: Collection[RegistrationKind] = DEFINITIONS
+) -> tuple[list[OpRegistration], list[str]]:
+    """Registrations in Python of `kinds`, plus unknowns (one whose op name or namespace cannot be told)."""
     found, unknowns = [], []
     for module, value in sorted(facts.items()):
         for item in value.registrations:
+            if item.kind not in kinds:
+                continue
             where = code.where(module, item.line)
             op = item.op
+            if op is None and item.name is None:
+                unknowns.append(f"{where}: {item.callee} registers an op whose name is computed at run time")
+                continue
             if op is None:
                 namespace = _library_namespace(code, facts, module, item.lib, item.callee)
                 if namespace is None:
@@ -375,5 +494,5 @@ def python_registrations(code: Codebase, facts: dict[str, PythonOpFacts]) -> tup
                     )
                     continue
                 op = f"{namespace}.{item.name}"
-            found.append(OpRegistration(op, where, item.how, item.schema, module))
+            found.append(OpRegistration(op, where, item.how, item.schema, module, item.kind, item.dispatch_key))
     return found, unknowns

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..code.activity import mark_active
+from ..code.build_files import build_facts
 from ..code.codebase import Codebase, Ref
 from ..code.module_index import ModuleIndex, module_name
-from ..code.op_scanners import native_registrations, python_facts, python_registrations
+from ..code.op_scanners import RegistrationKind, native_registrations, python_facts, python_registrations
 from ..code.overrides import (
     Override,
     Overrides,
@@ -34,7 +35,7 @@ from .base_init import skipped_base_init
 from .defects import Defect, ImportProblem, import_defects, import_problems, op_defects, override_defects
 from .entry import Model
 from .inherited import Inherited, base_codebase, inherited_behaviour
-from .kernels import KernelLaunch, OpRow, kernel_launches, op_rows, probe_ops
+from .kernels import KernelLaunch, OpRow, attach_build, kernel_launches, op_rows, precompiled_text, probe_ops
 from .loading import ConfigRewrite, WeightLoading, config_rewrites, weight_loading
 from .revisions import UpstreamHistory
 from .signatures import call_drift, kernel_drift, override_drift
@@ -42,6 +43,8 @@ from .walk import Boundary, Walk
 
 PENDING_SHOWN = 3
 UNKNOWNS_SHOWN = 3
+ALL_KINDS: tuple[RegistrationKind, ...] = ("def", "impl", "fake")
+"""Op registrations a trace reads: definitions, kernels per dispatch key and fake (meta) kernels."""
 
 
 @dataclass(frozen=True)
@@ -207,15 +210,14 @@ def _ops(
     store: StateStore, code: Codebase, walked: list[str], checked: list[str], probe: ProbeTarget, findings: Findings
 ) -> None:
     facts = python_facts(store, code)
-    registered, unknowns = python_registrations(code, facts)
+    registered, unknowns = python_registrations(code, facts, ALL_KINDS)
     if unknowns:
         shown = "; ".join(unknowns[:UNKNOWNS_SHOWN]) + (
             f"; … {len(unknowns) - UNKNOWNS_SHOWN} more" if len(unknowns) > UNKNOWNS_SHOWN else ""
         )
-        findings.unknowns.append(
-            f"{len(unknowns)} Python op registration(s) with a namespace not known statically: {shown}"
-        )
-    findings.ops = op_rows(code, facts, walked, native_registrations(store, code) + registered)
+        findings.unknowns.append(f"{len(unknowns)} Python op registration(s) not decidable statically: {shown}")
+    findings.ops = op_rows(code, facts, walked, native_registrations(store, code, ALL_KINDS) + registered)
+    _build(code, findings)
     if probe.gap:
         findings.unknowns.append(probe.gap)
     elif probe.python is not None and findings.ops:
@@ -224,3 +226,32 @@ def _ops(
         findings.unknowns += outcome.gaps
     plugin_paths = {code.module(m).path: m for m in checked}
     findings.defects += op_defects(code, findings.ops, plugin_paths, findings.probe_id)
+
+
+def _build(code: Codebase, findings: Findings) -> None:
+    """The plugin build's extensions behind each op; a precompiled package is the boundary of the
+    ops it provides, and an extension whose sources the tree lacks leaves its ops unknown."""
+    plugin = code.subjects["plugin"]
+    build = build_facts(plugin)
+    findings.unknowns += build.gaps
+    attach_build(findings.ops, build)
+    present = plugin.entries()
+    for extension in {e.where: e for row in findings.ops for e in row.built_by}.values():
+        absent = [s for s in extension.sources if s not in present and not any(p.startswith(f"{s}/") for p in present)]
+        if absent:
+            findings.unknowns.append(
+                f"{extension.module} ({extension.where}) compiles {', '.join(absent)}, which this tree lacks: "
+                f"the ops it registers are not known from source (the probe decides installed)"
+            )
+    for source in {p.where: p for row in findings.ops for p in row.precompiled}.values():
+        ops = [row.op for row in findings.ops if source in row.precompiled]
+        findings.boundaries.append(
+            Boundary(
+                source.package,
+                "binary",
+                f"precompiled kernels: {precompiled_text(source)}; provides torch.ops.{ops[0].partition('.')[0]} "
+                f"({len(ops)} op(s) on the path) instead of compiling them",
+                "precompiled",
+                source.where.rpartition(":")[0],
+            )
+        )

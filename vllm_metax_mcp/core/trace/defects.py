@@ -366,7 +366,8 @@ def _target_defect(code: Codebase, what: str, target: Target, file: str, line: i
 def override_defects(
     code: Codebase, overrides: list[Override], patches: list[Patch], module_of: dict[str, str]
 ) -> list[Defect]:
-    """Overrides and patches on the model's path whose upstream target changed or vanished."""
+    """Overrides and patches on the model's path whose upstream target changed or vanished. A patch
+    the plugin's entry points never reach (`active` false) changes nothing at run time: no defect."""
     defects = []
     for override in overrides:
         if not override.on_path:
@@ -383,7 +384,7 @@ def override_defects(
             if found:
                 defects.append(found)
     for patch in patches:
-        if patch.on_path:
+        if patch.on_path and patch.active is not False:
             found = _target_defect(
                 code,
                 f"{patch.how} patch",

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ..code.build_files import BuildFacts, BuiltExtension, EnvSwitch, PrecompiledSource
 from ..code.codebase import Codebase, Ref
 from ..code.dispatch import dotted
 from ..code.module_index import ModuleIndex
@@ -45,6 +46,12 @@ class OpRow:
     installed: bool | None = None
     schema: list[str] = field(default_factory=list)
     schema_from: SchemaSource | None = None
+    implemented_in: list[OpRegistration] = field(default_factory=list)
+    """Kernel (`impl`, per dispatch key) and fake registrations, in either tree."""
+    built_by: list[BuiltExtension] = field(default_factory=list)
+    """The plugin build's extension modules whose default namespace is the op's."""
+    precompiled: list[PrecompiledSource] = field(default_factory=list)
+    """Packages the build takes those extensions' kernels from when a switch turns compiling off."""
 
 
 @dataclass
@@ -60,6 +67,14 @@ class KernelLaunch:
     """launch site -> required parameters it does not pass."""
     gained: list[str] = field(default_factory=list)
     """Parameters the target kernel has and the base kernel had not (with a base)."""
+    lost: list[str] = field(default_factory=list)
+    """Parameters the base kernel had and the target kernel has not."""
+    constexpr_changed: list[str] = field(default_factory=list)
+    """Parameters whose `constexpr` annotation was added or dropped since base."""
+    stale: dict[str, list[str]] = field(default_factory=dict)
+    """launch site -> keywords it passes that the kernel lost since base."""
+    via: dict[str, str] = field(default_factory=dict)
+    """launch site -> the local name it launches through, when that name may hold several kernels."""
 
 
 def op_rows(
@@ -72,11 +87,39 @@ def op_rows(
         for use in facts[module].uses if module in facts else []:
             rows.setdefault(use.op, OpRow(use.op)).used_in.append(code.where(module, use.line))
     for row in rows.values():
-        row.registered_in = [r for r in registrations if r.matches(row.op)]
+        row.registered_in = [r for r in registrations if r.matches(row.op) and r.kind == "def"]
+        row.implemented_in = [r for r in registrations if r.matches(row.op) and r.kind != "def"]
         declared = [r.schema for r in row.registered_in if r.schema]
         if declared:
             row.schema, row.schema_from = declared, "source"
     return sorted(rows.values(), key=lambda r: r.op)
+
+
+def attach_build(rows: list[OpRow], build: BuildFacts) -> None:
+    """Each op's extension modules (by the namespace `TORCH_EXTENSION_NAME` gives them) and the
+    precompiled packages the same switch takes instead."""
+    for row in rows:
+        namespace = row.op.partition(".")[0]
+        row.built_by = [e for e in build.extensions if e.namespace == namespace]
+        switches = {e.switch.name for e in row.built_by if e.switch is not None}
+        row.precompiled = [p for p in build.precompiled if p.switch.name in switches]
+
+
+def switch_text(switch: EnvSwitch) -> str:
+    """`built only when WITH_X is set (default "0", setup.py:49; decided at setup.py:344)`."""
+    when = "set (truthy)" if switch.builds_when else "unset or false"
+    default = f'default "{switch.default}"' if switch.default is not None else "no default"
+    return f"built only when {switch.name} is {when} ({default}, {switch.where}; decided at {switch.gate})"
+
+
+def extension_text(extension: BuiltExtension) -> str:
+    gate = f", {switch_text(extension.switch)}" if extension.switch else ", always built"
+    sources = f" from {', '.join(extension.sources)}" if extension.sources else ""
+    return f"{extension.module} ({extension.how} at {extension.where}{sources}{gate})"
+
+
+def precompiled_text(source: PrecompiledSource) -> str:
+    return f"{source.package} ({source.how} at {source.where}, when {source.switch.name} turns compiling off)"
 
 
 # -- the probe -------------------------------------------------------------------------------
@@ -229,46 +272,172 @@ def _passed(call: ast.Call, params: list[str]) -> set[str] | None:
     return set(params[: len(call.args)]) | {k.arg for k in call.keywords if k.arg}
 
 
-def _gained(base: ModuleIndex | None, ref: Ref, params: list[str]) -> list[str]:
+@dataclass(frozen=True)
+class BaseParameters:
+    """The kernel's parameters at base, and those annotated `constexpr` there."""
+
+    names: list[str]
+    constexpr: set[str]
+
+
+def _parameters(signature: str) -> BaseParameters | None:
+    try:
+        arguments = ast.parse(f"def _f{signature}:\n    pass").body[0].args  # type: ignore[attr-defined]
+    except SyntaxError:
+        return None
+    every = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
+    return BaseParameters([a.arg for a in every], {a.arg for a in every if _is_constexpr(a.annotation)})
+
+
+def _is_constexpr(annotation: ast.expr | None) -> bool:
+    return annotation is not None and (dotted(annotation) or "").rsplit(".", 1)[-1] == "constexpr"
+
+
+def _at_base(base: ModuleIndex | None, ref: Ref) -> BaseParameters | None:
     indexed = base.get(ref.module) if base else None
     before = indexed.record.definition(ref.path[0]) if indexed else None
-    if before is None or not before.signature:
-        return []
-    try:
-        arguments = ast.parse(f"def _f{before.signature}:\n    pass").body[0].args  # type: ignore[attr-defined]
-    except SyntaxError:
-        return []
-    old = {a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)}
-    return [p for p in params if p not in old]
+    return _parameters(before.signature) if before is not None and before.signature else None
 
 
-def kernel_launches(code: Codebase, modules: list[str], base: ModuleIndex | None) -> list[KernelLaunch]:
-    """JIT kernels the given (plugin) modules launch (`k[grid](...)` or a call), with missing parameters."""
-    launches: dict[str, KernelLaunch] = {}
-    for module in modules:
-        tree = code.tree(module)
-        for node in ast.walk(tree) if tree else []:
+def _compare_with_base(launch: KernelLaunch, node: ast.FunctionDef, before: BaseParameters | None) -> None:
+    """What the kernel gained, lost and re-declared constexpr since base."""
+    if before is None:
+        return
+    arguments = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+    now = {a.arg for a in arguments}
+    launch.gained = [p for p in launch.params if p not in before.names]
+    launch.lost = [p for p in before.names if p not in now]
+    launch.constexpr_changed = [
+        a.arg for a in arguments if a.arg in before.names and _is_constexpr(a.annotation) != (a.arg in before.constexpr)
+    ]
+
+
+# -- which kernel a launch runs ----------------------------------------------------------------
+
+NESTED_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+def _own_nodes(scope: ast.AST) -> list[ast.AST]:
+    """The nodes of one scope: a module or a function body, nested functions left out."""
+    found: list[ast.AST] = []
+    stack = list(ast.iter_child_nodes(scope))
+    while stack:
+        node = stack.pop()
+        found.append(node)
+        if not isinstance(node, NESTED_SCOPES):
+            stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _local_values(nodes: list[ast.AST]) -> dict[str, list[ast.expr]]:
+    """Every value a plain name is assigned in the scope (each branch of an if counts)."""
+    values: dict[str, list[ast.expr]] = {}
+    for node in nodes:
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    values.setdefault(target.id, []).append(node.value)
+        elif isinstance(node, ast.AnnAssign) and node.value is not None and isinstance(node.target, ast.Name):
+            values.setdefault(node.target.id, []).append(node.value)
+    return values
+
+
+def _candidates(expression: ast.expr, values: dict[str, list[ast.expr]], seen: frozenset[str]) -> list[str]:
+    """The dotted names an expression may evaluate to: through local assignments, conditional
+    expressions, `or`/`and`, and subscripts of a dict (or list) of kernels."""
+    if isinstance(expression, ast.Name) and expression.id in values and expression.id not in seen:
+        inner = seen | {expression.id}
+        return [name for value in values[expression.id] for name in _candidates(value, values, inner)]
+    if isinstance(expression, ast.IfExp):
+        return _candidates(expression.body, values, seen) + _candidates(expression.orelse, values, seen)
+    if isinstance(expression, ast.BoolOp):
+        return [name for value in expression.values for name in _candidates(value, values, seen)]
+    if isinstance(expression, ast.Subscript):
+        return [name for held in _held(expression.value, values, seen) for name in _candidates(held, values, seen)]
+    name = dotted(expression)
+    return [name] if name else []
+
+
+def _held(container: ast.expr, values: dict[str, list[ast.expr]], seen: frozenset[str]) -> list[ast.expr]:
+    """The values of the dict (or list / tuple) literal a subscripted name holds."""
+    literals: list[ast.expr] = [container]
+    if isinstance(container, ast.Name) and container.id in values and container.id not in seen:
+        literals = values[container.id]
+    held: list[ast.expr] = []
+    for literal in literals:
+        if isinstance(literal, ast.Dict):
+            held += [v for v in literal.values if v is not None]
+        elif isinstance(literal, (ast.List, ast.Tuple)):
+            held += literal.elts
+    return held
+
+
+@dataclass(frozen=True)
+class LaunchSite:
+    call: ast.Call
+    kernels: list[Ref]
+    via: str | None
+    """The local name (or subscript) the launch goes through, when it is not the kernel's own name."""
+
+
+def _launch_sites(code: Codebase, module: str, tree: ast.Module) -> list[LaunchSite]:
+    """Every call of a JIT kernel in a module, direct or through a name chosen among kernels."""
+    sites = []
+    scopes: list[ast.AST] = [tree, *(n for n in ast.walk(tree) if isinstance(n, NESTED_SCOPES))]
+    for scope in scopes:
+        nodes = _own_nodes(scope)
+        values = _local_values(nodes)
+        for node in nodes:
             if not isinstance(node, ast.Call):
                 continue
             head = node.func.value if isinstance(node.func, ast.Subscript) else node.func
-            name = dotted(head)
-            ref = code.bind(module, name) if name else None
-            if ref is None or not _is_jit(code, ref):
-                continue
-            launch = launches.get(ref.symbol)
-            if launch is None:
-                found = kernel_definition(code, ref)
-                indexed = code.get(ref.module)
-                if found is None or indexed is None:
+            refs: dict[str, Ref] = {}
+            for name in _candidates(head, values, frozenset()):
+                ref = code.bind(module, name)
+                if ref is not None and _is_jit(code, ref):
+                    refs[ref.symbol] = ref
+            if refs:
+                direct = dotted(head)
+                via = None if direct is not None and direct not in values else ast.unparse(head)
+                sites.append(LaunchSite(node, list(refs.values()), via))
+    return sorted(sites, key=lambda s: (s.call.lineno, s.call.col_offset))
+
+
+def _new_launch(code: Codebase, ref: Ref, base: ModuleIndex | None) -> KernelLaunch | None:
+    found = kernel_definition(code, ref)
+    indexed = code.get(ref.module)
+    if found is None or indexed is None:
+        return None
+    params = [a.arg for a in (*found.node.args.posonlyargs, *found.node.args.args)]
+    launch = KernelLaunch(ref, indexed.path, found.node.lineno, found.decorators, found.required, params)
+    _compare_with_base(launch, found.node, _at_base(base, ref))
+    return launch
+
+
+def kernel_launches(code: Codebase, modules: list[str], base: ModuleIndex | None) -> list[KernelLaunch]:
+    """JIT kernels the given (plugin) modules launch (`k[grid](...)`, a call, or either through a
+    local name chosen among several kernels), with the parameters each launch misses or passes in vain."""
+    launches: dict[str, KernelLaunch | None] = {}
+    for module in modules:
+        tree = code.tree(module)
+        for site in _launch_sites(code, module, tree) if tree else []:
+            where = code.where(module, site.call.lineno)
+            for ref in site.kernels:
+                if ref.symbol not in launches:
+                    launches[ref.symbol] = _new_launch(code, ref, base)
+                launch = launches[ref.symbol]
+                if launch is None:
                     continue
-                params = [a.arg for a in (*found.node.args.posonlyargs, *found.node.args.args)]
-                launch = launches[ref.symbol] = KernelLaunch(
-                    ref, indexed.path, found.node.lineno, found.decorators, found.required, params
-                )
-                launch.gained = _gained(base, ref, params)
-            site = code.where(module, node.lineno)
-            launch.launched_from.append(site)
-            passed = _passed(node, launch.params)
-            if passed is not None and (absent := [p for p in launch.required if p not in passed]):
-                launch.missing[site] = absent
-    return sorted(launches.values(), key=lambda k: k.kernel.symbol)
+                launch.launched_from.append(where)
+                if site.via is not None:
+                    launch.via[where] = f"{site.via} (one of {len(site.kernels)})"
+                _check_arguments(launch, site.call, where)
+    return sorted((k for k in launches.values() if k is not None), key=lambda k: k.kernel.symbol)
+
+
+def _check_arguments(launch: KernelLaunch, call: ast.Call, where: str) -> None:
+    passed = _passed(call, launch.params)
+    if passed is not None and (absent := [p for p in launch.required if p not in passed]):
+        launch.missing[where] = absent
+    if stale := [k.arg for k in call.keywords if k.arg in launch.lost]:
+        launch.stale[where] = stale

@@ -192,22 +192,30 @@ def _base_member(base: ModuleIndex | None, module: str, cls: str, method: str) -
 
 
 def kernel_drift(code: Codebase, launches: list[KernelLaunch], plugin_modules: set[str]) -> list[Defect]:
-    """Launches from plugin code that do not pass every parameter the target kernel requires."""
+    """Launches from plugin code that no longer match the target kernel: a required parameter they
+    bind nothing to, or a keyword for a parameter the kernel lost since base."""
     defects = []
     for launch in launches:
-        for site, missing in launch.missing.items():
+        gained = f"; the kernel gained {', '.join(launch.gained)} since base" if launch.gained else ""
+        problems = {
+            site: f"binds no argument to required parameter(s) {', '.join(missing)} of the target kernel{gained}"
+            for site, missing in launch.missing.items()
+        }
+        for site, stale in launch.stale.items():
+            lost = f"passes {', '.join(stale)}, which the target kernel no longer takes (lost since base)"
+            problems[site] = f"{problems[site]}, and {lost}" if site in problems else lost
+        for site, problem in sorted(problems.items()):
             path, _, line = site.rpartition(":")
             module = next((m for m in plugin_modules if (i := code.get(m)) is not None and i.path == path), None)
             if module is None:
                 continue
-            gained = f"; the kernel gained {', '.join(launch.gained)} since base" if launch.gained else ""
+            via = f" (through {launch.via[site]})" if site in launch.via else ""
             defects.append(
                 Defect(
                     "signature_drift",
                     path,
                     int(line),
-                    f"launch of JIT kernel {launch.kernel.symbol} binds no argument to required parameter(s) "
-                    f"{', '.join(missing)} of the target kernel{gained}",
+                    f"launch of JIT kernel {launch.kernel.symbol}{via} {problem}",
                     [code.evidence(module, int(line)), code.evidence(launch.kernel.module, launch.line)],
                     launch.kernel.symbol,
                 )

@@ -27,7 +27,7 @@ NodeKind = Literal["import", "package_init", "lazy", "dynamic", "typing_only"]
 importing one of its submodules (or a name from it) implies; an import inside a function (run when
 called); a module-loader call whose name the literals decide; an import under `if TYPE_CHECKING:`
 (recorded, never run)."""
-BoundaryKind = Literal["component", "pending_upgrade", "owned", "stable_interface"]
+BoundaryKind = Literal["component", "pending_upgrade", "owned", "stable_interface", "precompiled"]
 Stability = Literal["stable", "changed", "unknown"]
 
 
