@@ -200,3 +200,50 @@ def test_gcu_ops_come_from_the_extension_its_setup_builds(tmp_path: Path) -> Non
     assert gated.module == "lmcache.c_ops" and gated.switch is not None
     assert (gated.switch.name, gated.switch.default, gated.switch.builds_when) == ("WITH_LMCACHE", "0", True)
     assert upstream.built_by == [] and silu.precompiled == []
+
+
+SHADOWS = (
+    """\
+from vllm.kernels import scale_kernel, shift_kernel
+
+KERNELS = {"scale": scale_kernel}
+
+
+def by_parameter(x, n, scale_kernel):
+    scale_kernel[(n,)](x)
+
+
+def by_module_table(x, out, n, mode):
+    KERNELS[mode][(n,)](x, out, n, 1.0, 0, BLOCK=8)
+
+
+def by_loop(x, n):
+    for kernel in (scale_kernel, shift_kernel):
+        kernel[(n,)](x)
+
+
+def chained(x, out, n, flag):
+    a0 = shift_kernel
+"""
+    + "".join(f"    a{i} = a{i - 1} if flag else a{i - 1}\n" for i in range(1, 40))
+    + """\
+    a39[(n,)](x, out, n, BLOCK=4)
+"""
+)
+
+
+def test_names_bound_otherwise_shadow_kernels_and_chains_stay_cheap(tmp_path: Path) -> None:
+    base = _tree(tmp_path / "base", {"vllm/__init__.py": "", "vllm/kernels.py": KERNEL_BASE})
+    target = _tree(tmp_path / "target", {"vllm/__init__.py": "", "vllm/kernels.py": KERNEL_TARGET})
+    plugin = _tree(tmp_path / "plugin", {"plug/__init__.py": "", "plug/shadows.py": SHADOWS})
+    code, base_index = _codebase(tmp_path, plugin, "plug", target, base)
+    found = _by_name(kernel_launches(code, ["plug.shadows"], base_index))
+    # a parameter and a loop target named like a kernel are not the kernel (lines 7 and 15)
+    assert "plug/shadows.py:7" not in found["scale_kernel"].launched_from
+    assert "plug/shadows.py:15" not in found["shift_kernel"].launched_from
+    # a module-level dict of kernels, subscripted inside a function (line 11)
+    assert found["scale_kernel"].launched_from == ["plug/shadows.py:11"]
+    assert found["scale_kernel"].via == {"plug/shadows.py:11": "KERNELS[mode]"}
+    # 39 conditional reassignments resolve to the one kernel (each name's answer is memoised)
+    (site,) = found["shift_kernel"].launched_from
+    assert found["shift_kernel"].via == {site: "a39"} and found["shift_kernel"].missing == {}

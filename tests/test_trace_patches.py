@@ -338,6 +338,32 @@ def test_only_patches_that_run_are_defects(tmp_path: Path) -> None:
     assert ("plug/patches/orphan.py", 3) not in changed
 
 
+def test_a_load_named_at_run_time_leaves_unreached_patches_unknown(tmp_path: Path) -> None:
+    """register_models imports every module of plug/patches by a name computed from a directory
+    listing (line 8): nothing decides which modules it loads, so a patch there is not "inactive"."""
+    plugin_files = {
+        "pyproject.toml": PYPROJECT,
+        "plug/__init__.py": "import importlib\nimport pkgutil\n\n\ndef register_models():\n"
+        "    import plug.patches as pkg\n    for info in pkgutil.iter_modules(pkg.__path__):\n"
+        '        importlib.import_module(f"plug.patches.{info.name}")\n',
+        "plug/patches/__init__.py": "",
+        "plug/patches/p1.py": "import vllm.layers as layers\n\n\ndef mine(x):\n    return x\n\n\n"
+        "layers.rms_norm = mine\n",
+    }
+    upstream = _tree(tmp_path / "target", UPSTREAM)
+    base = _tree(tmp_path / "base", {**UPSTREAM, **BASE_CHANGES})
+    found, code = find_with_code(
+        StateStore(tmp_path / "state"), _tree(tmp_path / "plugin", plugin_files), "plug", upstream, base
+    )
+    (patch,) = found.patches
+    assert patch.active is None and patch.activation == []
+    assert any("plug/__init__.py:8" in u and "active unknown" in u for u in found.unknowns)
+    patch.on_path = True
+    module_of = {m.path: m.name for m in code.index.modules.values() if m.side == "plugin"}
+    # its target changed (BASE_CHANGES: rms_norm gained eps): unknown activity keeps the defect
+    assert [(d.file, d.line) for d in override_defects(code, [], [patch], module_of)] == [("plug/patches/p1.py", 8)]
+
+
 def test_no_entry_points_leaves_activity_unknown(tmp_path: Path) -> None:
     upstream = _tree(tmp_path / "target", UPSTREAM)
     plugin = _tree(tmp_path / "plugin", PLUGIN)

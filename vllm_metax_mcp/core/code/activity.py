@@ -32,6 +32,8 @@ from .conditions import Term, conditions, render, simplify
 from .overrides import Overrides, class_chain
 from .patch_forms import UNKNOWN, dotted_ref
 
+DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
 PLUGIN_GROUPS = ("vllm.platform_plugins", "vllm.general_plugins")
 """The entry-point groups vLLM loads plugins from (`vllm.plugins`)."""
 TOML_SECTION = re.compile(r"""^\[(?:project\.entry-points|tool\.poetry\.plugins)\.["']?([\w.-]+)["']?\]\s*$""")
@@ -352,7 +354,10 @@ class _Reach:
 
 
 def mark_active(code: Codebase, found: Overrides) -> list[str]:
-    """Set each patch's `active`, the way it is reached and the conditions on it; the unknowns."""
+    """Set each patch's `active`, the way it is reached and the conditions on it; the unknowns.
+
+    A patch nothing reaches is inactive, unless a module load on the way names its module at run
+    time (`import_module(f"pkg.{name}")` over a directory listing): then whether it runs is unknown."""
     if not found.patches:
         return []
     starts = entry_points(code.subjects["plugin"])
@@ -366,12 +371,13 @@ def mark_active(code: Codebase, found: Overrides) -> list[str]:
     by_unit: dict[str, list[State]] = {}
     for state in reach.cond:
         by_unit.setdefault(state[0], []).append(state)
+    opaque = undecided_loads(code, set(by_unit))
     for patch in found.patches:
         unit = f"{patch.module}:{patch.scope}" if patch.scope else patch.module
         own = conditions(patch.guard, {})
         reached = {t for state in by_unit.get(unit, []) for t in reach.cond[state]}
         terms = simplify({t | frozenset(own) for t in reached}) if own is not None else set()
-        patch.active = bool(terms)
+        patch.active = bool(terms) if reached or not opaque else None
         if reached:
             way = reach.way(by_unit[unit])
             shown = way if len(way) <= CHAIN_SHOWN else [*way[:2], *way[-(CHAIN_SHOWN - 2) :]]
@@ -381,4 +387,72 @@ def mark_active(code: Codebase, found: Overrides) -> list[str]:
         elif reached:
             way_to = render(min(reached, key=len)) or "always"
             patch.active_if = [f"never: its own guard ({patch.guard}) contradicts the way there ({way_to})"]
-    return []
+    if not opaque or all(p.active is not None for p in found.patches):
+        return []
+    return [
+        f"{len(opaque)} module load(s) reached from the entry points name their module at run time "
+        f"({', '.join(opaque[:CHAIN_SHOWN])}): the patches nothing else reaches may still run (active unknown)."
+    ]
+
+
+def undecided_loads(code: Codebase, units: set[str]) -> list[str]:
+    """file:line of each `import_module` / `__import__` call in the given plugin units that loads a
+    plugin module by a name computed at run time: the name starts with a literal naming a plugin
+    package (`f"plug.patches.{name}"`) and the file's literals do not decide the rest (decided loads
+    are import records, and walked). A bare variable is a patch helper's upstream target, not this."""
+    packages = {m.name.split(".")[0] for m in code.index.modules.values() if m.side == "plugin"}
+    found = []
+    for module in sorted({u.partition(":")[0] for u in units}):
+        indexed, tree = code.get(module), code.tree(module)
+        if indexed is None or indexed.side != "plugin" or tree is None:
+            continue
+        decided = {record.line for record in indexed.record.dynamic_imports}
+        quals = {u.partition(":")[2] for u in units if u.partition(":")[0] == module}
+        for qual in sorted(quals):
+            for node in _unit_nodes(tree, qual):
+                if isinstance(node, ast.Call) and node.lineno not in decided and _loads_plugin(node, packages):
+                    found.append(f"{indexed.path}:{node.lineno}")
+    return sorted(set(found))
+
+
+def _loads_plugin(call: ast.Call, packages: set[str]) -> bool:
+    name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+    if name not in ("import_module", "__import__") or not call.args:
+        return False
+    prefix = _literal_prefix(call.args[0])
+    return prefix is not None and (prefix.startswith(".") or prefix.split(".")[0] in packages)
+
+
+def _literal_prefix(expression: ast.expr) -> str | None:
+    """The constant start of a computed string: an f-string's, a `+` chain's, a `%` or `.format` template's."""
+    if isinstance(expression, ast.JoinedStr) and expression.values:
+        first = expression.values[0]
+        return first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else None
+    if isinstance(expression, ast.BinOp) and isinstance(expression.op, (ast.Add, ast.Mod)):
+        left = expression.left
+        if isinstance(left, ast.Constant) and isinstance(left.value, str):
+            return left.value
+        return _literal_prefix(left) if isinstance(expression.op, ast.Add) else None
+    if isinstance(expression, ast.Call) and isinstance(expression.func, ast.Attribute):
+        template = expression.func.value
+        if expression.func.attr == "format" and isinstance(template, ast.Constant) and isinstance(template.value, str):
+            return template.value
+    return None
+
+
+def _unit_nodes(tree: ast.Module, qual: str) -> list[ast.AST]:
+    """The nodes a unit runs: the module's top level (outside functions) or one function's body."""
+    scope: ast.AST | None = tree
+    for part in qual.split(".") if qual else []:
+        body = getattr(scope, "body", [])
+        scope = next((n for n in body if isinstance(n, DEFINITIONS) and n.name == part), None)
+    if scope is None or isinstance(scope, ast.ClassDef):
+        return []
+    found: list[ast.AST] = []
+    stack = list(ast.iter_child_nodes(scope))
+    while stack:
+        node = stack.pop()
+        found.append(node)
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            stack.extend(ast.iter_child_nodes(node))
+    return found

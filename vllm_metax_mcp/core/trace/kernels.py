@@ -315,6 +315,9 @@ def _compare_with_base(launch: KernelLaunch, node: ast.FunctionDef, before: Base
 # -- which kernel a launch runs ----------------------------------------------------------------
 
 NESTED_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+OPAQUE: list[ast.expr] = []
+"""The value list of a name bound to something the scan does not follow (a parameter, a loop or
+`with` target, a local import): it shadows any module-level name and resolves to nothing."""
 
 
 def _own_nodes(scope: ast.AST) -> list[ast.AST]:
@@ -329,47 +332,97 @@ def _own_nodes(scope: ast.AST) -> list[ast.AST]:
     return found
 
 
-def _local_values(nodes: list[ast.AST]) -> dict[str, list[ast.expr]]:
-    """Every value a plain name is assigned in the scope (each branch of an if counts)."""
+def _bound_parameters(scope: ast.AST) -> list[str]:
+    if not isinstance(scope, NESTED_SCOPES):
+        return []
+    arguments = scope.args
+    every = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs, arguments.vararg, arguments.kwarg]
+    return [a.arg for a in every if a is not None]
+
+
+def _opaque_targets(node: ast.AST) -> list[str]:
+    """Names a statement binds to values the scan does not follow."""
+    targets: list[ast.expr] = []
+    if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+        targets = [node.target]
+    elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+        targets = [node.optional_vars]
+    elif isinstance(node, (ast.Import, ast.ImportFrom)):
+        return [(a.asname or a.name).split(".")[0] for a in node.names]
+    return [n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name)]
+
+
+def _local_values(scope: ast.AST, nodes: list[ast.AST], outer: dict[str, list[ast.expr]]) -> dict[str, list[ast.expr]]:
+    """Every value a plain name is assigned in the scope (each branch of an if counts), over the
+    module's own assignments; names bound otherwise in the scope are opaque."""
     values: dict[str, list[ast.expr]] = {}
+    for name in _bound_parameters(scope):
+        values[name] = OPAQUE
     for node in nodes:
         if isinstance(node, ast.Assign):
             for target in node.targets:
-                if isinstance(target, ast.Name):
+                if isinstance(target, ast.Name) and values.get(target.id) is not OPAQUE:
                     values.setdefault(target.id, []).append(node.value)
         elif isinstance(node, ast.AnnAssign) and node.value is not None and isinstance(node.target, ast.Name):
-            values.setdefault(node.target.id, []).append(node.value)
-    return values
+            if values.get(node.target.id) is not OPAQUE:
+                values.setdefault(node.target.id, []).append(node.value)
+        elif isinstance(scope, NESTED_SCOPES):
+            for name in _opaque_targets(node):
+                values[name] = OPAQUE
+    return {**outer, **values}
 
 
-def _candidates(expression: ast.expr, values: dict[str, list[ast.expr]], seen: frozenset[str]) -> list[str]:
+class _Resolver:
     """The dotted names an expression may evaluate to: through local assignments, conditional
-    expressions, `or`/`and`, and subscripts of a dict (or list) of kernels."""
-    if isinstance(expression, ast.Name) and expression.id in values and expression.id not in seen:
-        inner = seen | {expression.id}
-        return [name for value in values[expression.id] for name in _candidates(value, values, inner)]
-    if isinstance(expression, ast.IfExp):
-        return _candidates(expression.body, values, seen) + _candidates(expression.orelse, values, seen)
-    if isinstance(expression, ast.BoolOp):
-        return [name for value in expression.values for name in _candidates(value, values, seen)]
-    if isinstance(expression, ast.Subscript):
-        return [name for held in _held(expression.value, values, seen) for name in _candidates(held, values, seen)]
-    name = dotted(expression)
-    return [name] if name else []
+    expressions, `or`/`and`, and subscripts of a dict (or list) of kernels. Each name's answer is
+    memoised, so chains of reassignments cost one step each."""
+
+    def __init__(self, values: dict[str, list[ast.expr]]) -> None:
+        self.values = values
+        self.known: dict[str, list[str]] = {}
+        self.open: set[str] = set()
+
+    def names(self, expression: ast.expr) -> list[str]:
+        if isinstance(expression, ast.Name) and expression.id in self.values:
+            return self._name(expression.id)
+        if isinstance(expression, ast.IfExp):
+            return _unique(self.names(expression.body) + self.names(expression.orelse))
+        if isinstance(expression, ast.BoolOp):
+            return _unique([name for value in expression.values for name in self.names(value)])
+        if isinstance(expression, ast.Subscript):
+            return _unique([name for held in self._held(expression.value) for name in self.names(held)])
+        name = dotted(expression)
+        return [name] if name else []
+
+    def _name(self, name: str) -> list[str]:
+        if name in self.known:
+            return self.known[name]
+        if name in self.open:
+            return []  # a cycle: what the name already holds comes from its other assignments
+        self.open.add(name)
+        found = _unique([found for value in self.values[name] for found in self.names(value)])
+        self.open.discard(name)
+        self.known[name] = found
+        return found
+
+    def _held(self, container: ast.expr) -> list[ast.expr]:
+        """The values of the dict (or list / tuple) literals a subscripted expression holds."""
+        literals = (
+            self.values[container.id]
+            if isinstance(container, ast.Name) and container.id in self.values
+            else [container]
+        )
+        held: list[ast.expr] = []
+        for literal in literals:
+            if isinstance(literal, ast.Dict):
+                held += [v for v in literal.values if v is not None]
+            elif isinstance(literal, (ast.List, ast.Tuple)):
+                held += literal.elts
+        return held
 
 
-def _held(container: ast.expr, values: dict[str, list[ast.expr]], seen: frozenset[str]) -> list[ast.expr]:
-    """The values of the dict (or list / tuple) literal a subscripted name holds."""
-    literals: list[ast.expr] = [container]
-    if isinstance(container, ast.Name) and container.id in values and container.id not in seen:
-        literals = values[container.id]
-    held: list[ast.expr] = []
-    for literal in literals:
-        if isinstance(literal, ast.Dict):
-            held += [v for v in literal.values if v is not None]
-        elif isinstance(literal, (ast.List, ast.Tuple)):
-            held += literal.elts
-    return held
+def _unique(names: list[str]) -> list[str]:
+    return list(dict.fromkeys(names))
 
 
 @dataclass(frozen=True)
@@ -383,16 +436,19 @@ class LaunchSite:
 def _launch_sites(code: Codebase, module: str, tree: ast.Module) -> list[LaunchSite]:
     """Every call of a JIT kernel in a module, direct or through a name chosen among kernels."""
     sites = []
+    top = _own_nodes(tree)
+    module_values = _local_values(tree, top, {})
     scopes: list[ast.AST] = [tree, *(n for n in ast.walk(tree) if isinstance(n, NESTED_SCOPES))]
     for scope in scopes:
-        nodes = _own_nodes(scope)
-        values = _local_values(nodes)
+        nodes = top if scope is tree else _own_nodes(scope)
+        values = module_values if scope is tree else _local_values(scope, nodes, module_values)
+        resolver = _Resolver(values)
         for node in nodes:
             if not isinstance(node, ast.Call):
                 continue
             head = node.func.value if isinstance(node.func, ast.Subscript) else node.func
             refs: dict[str, Ref] = {}
-            for name in _candidates(head, values, frozenset()):
+            for name in resolver.names(head):
                 ref = code.bind(module, name)
                 if ref is not None and _is_jit(code, ref):
                     refs[ref.symbol] = ref
@@ -430,7 +486,8 @@ def kernel_launches(code: Codebase, modules: list[str], base: ModuleIndex | None
                     continue
                 launch.launched_from.append(where)
                 if site.via is not None:
-                    launch.via[where] = f"{site.via} (one of {len(site.kernels)})"
+                    count = len(site.kernels)
+                    launch.via[where] = f"{site.via} (one of {count})" if count > 1 else site.via
                 _check_arguments(launch, site.call, where)
     return sorted((k for k in launches.values() if k is not None), key=lambda k: k.kernel.symbol)
 
