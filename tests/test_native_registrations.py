@@ -1,5 +1,5 @@
 """Kernels and ops from every side: C/C++ registrations (every `TORCH_LIBRARY*` family, defs and impls
-with their dispatch keys; `PYBIND11_MODULE` functions apart, as no torch ops), Python registrations
+with their dispatch keys; a `PYBIND11_MODULE` registers no torch op), Python registrations
 (`torch.library` functions and `Library` methods, called or as decorators) and build files (the
 extensions a build compiles, the environment switches that gate them, precompiled kernel packages).
 
@@ -22,10 +22,8 @@ from vllm_metax_mcp.core.code.codebase import Codebase
 from vllm_metax_mcp.core.code.module_index import ModuleIndex, RecordCache
 from vllm_metax_mcp.core.code.op_scanners import (
     OpRegistration,
-    PybindFunction,
     PythonOpFacts,
     native_registrations,
-    pybind_functions,
     python_facts,
     python_registrations,
     scan_native,
@@ -174,19 +172,76 @@ def test_every_torch_library_family_defines_and_implements(trees: Trees) -> None
 @needs_snapshots
 def test_pybind_module_functions_are_no_torch_ops(trees: Trees) -> None:
     # sparse_kv_offload.cpp:330 `PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {`, :332 and :334 `m.def("...", &fn, "doc")`
-    assert pybind_functions(trees.store, trees.code) == [
-        PybindFunction("TORCH_EXTENSION_NAME", "lru_resident_compact", f"{SPARSE}:332"),
-        PybindFunction("TORCH_EXTENSION_NAME", "compute_lru_resident_addrs", f"{SPARSE}:334"),
-    ]
     every = native_registrations(trees.store, trees.code, kinds=("def", "impl", "fake"))
     assert not [r for r in every if r.where.startswith(SPARSE)]
     lines = (trees.code.subjects["plugin"].read(SPARSE).decode()).splitlines()
     assert lines[329].startswith("PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)") and "lru_resident_compact" in lines[331]
+    assert scan_native(trees.code.subjects["plugin"].read(SPARSE)) == {}
 
 
 def test_a_macro_definition_is_no_block() -> None:
     facts = scan_native(REGISTRATION_H.encode())
     assert facts["blocks"] == [] and facts["registrations"] == [] and facts["impls"] == []
+
+
+TRICKY = """\
+#include <torch/library.h>
+TORCH_LIBRARY(tricky, m) {
+  char quote = '"'; /* m.def("ghost(Tensor x) -> Tensor"); */
+  m.def(R"(raw_op(Tensor x) -> Tensor)");
+  m.def(R"schema(multi(Tensor x,
+                      Tensor y) -> Tensor)schema");
+  char open = '(';
+  m.impl("raw_op", torch::dispatch(c10::DispatchKey::CUDA, TORCH_FN(raw_op)));
+  int big = 1'000'000;
+  m.def("after(Tensor x) -> Tensor");  // it's no string
+}
+STABLE_TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CPU, s) {
+  s.impl("after", TORCH_BOX(&after_cpu));
+}
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m, py::mod_gil_not_used()) {
+  m.def("pyfn", &pyfn);
+}
+"""
+"""C++ shapes that broke the text scan: a char literal holding a quote before a comment, raw string
+schemas (one spanning lines), a kernel wrapped by `torch::dispatch`, digit separators, a stable
+EXPAND block, and a pybind module taking a third argument."""
+
+
+def test_native_text_shapes_keep_blocks_schemas_and_lines(tmp_path: Path) -> None:
+    facts = scan_native(TRICKY.encode())
+    # :3 the comment after `'"'` is blanked (no ghost op); :4 and :5-6 raw strings, the later lines still right
+    assert [(d["name"], d["line"], d["schema"]) for d in facts["registrations"]] == [
+        ("raw_op", 4, "raw_op(Tensor x) -> Tensor"),
+        ("multi", 5, "multi(Tensor x, Tensor y) -> Tensor"),
+        ("after", 10, "after(Tensor x) -> Tensor"),
+    ]
+    # :8 `torch::dispatch(c10::DispatchKey::CUDA, ...)` names the key; :13 the IMPL block's CPU
+    assert [(i["ns"], i["name"], i["line"], i["dispatch_key"]) for i in facts["impls"]] == [
+        ("tricky", "raw_op", 8, "CUDA"),
+        ("*", "after", 13, "CPU"),
+    ]
+    # :15-17 the pybind module opens no block and registers nothing
+    assert [(b["how"], b["line"], b["end"]) for b in facts["blocks"]] == [
+        ("TORCH_LIBRARY", 2, 11),
+        ("STABLE_TORCH_LIBRARY_IMPL_EXPAND", 12, 14),
+    ]
+    store = StateStore(tmp_path / "state")
+    index = ModuleIndex()
+    subject = _tree(tmp_path / "tree", {"csrc/tricky.cpp": TRICKY})
+    code = Codebase(index, {"upstream": subject}, frozenset())
+    kernels = native_registrations(store, code, kinds=["impl"])
+    assert [(r.op, r.how, r.dispatch_key) for r in kernels] == [
+        ("tricky.raw_op", "TORCH_LIBRARY", "CUDA"),
+        ("*.after", "STABLE_TORCH_LIBRARY_IMPL_EXPAND", "CPU"),
+    ]
+
+
+def test_native_lines_in_a_large_file() -> None:
+    """Lines come from precomputed line starts (the speed is bench territory, not a test's)."""
+    body = "".join(f'  m.def("op{i}(Tensor x) -> Tensor");\n' for i in range(20000))
+    facts = scan_native(f"TORCH_LIBRARY(big, m) {{\n{body}}}\n".encode())
+    assert len(facts["registrations"]) == 20000 and facts["registrations"][-1]["line"] == 20001
 
 
 # -- Python ------------------------------------------------------------------------------------
@@ -279,6 +334,8 @@ torch.library.define("maca::plain", "(Tensor x) -> Tensor")
 self.impl(query)
 """
     found = PythonOpFacts.from_json(scan_python(source))
+    # :18 the schema is the second argument, after the op's name
+    assert [r.schema for r in found.registrations if r.op == "maca.plain"] == ["plain(Tensor x) -> Tensor"]
     assert [(r.op or f"{r.lib}:{r.name}", r.line, r.how, r.kind, r.dispatch_key) for r in found.registrations] == [
         ("lib:fused", 4, "Library.define", "def", None),
         ("maca.topk", 5, "torch.library.custom_op", "def", "cuda"),  # a decorator is a call
@@ -388,28 +445,27 @@ define_gpu_extension_target(
 pybind11_add_module(_fast MODULE csrc/fast.cpp)
 add_library(helpers STATIC csrc/helpers.cpp)
 add_library(_plugin SHARED csrc/plugin.cpp)
+add_library(_loaded MODULE csrc/loaded.cpp)
 """
 
 
 def test_a_precompiled_wheel_switch_and_cmake_targets(tmp_path: Path) -> None:
     subject = _tree(tmp_path, {"setup.py": VLLM_SETUP, "vllm/envs.py": VLLM_ENVS, "CMakeLists.txt": VLLM_CMAKE})
     facts = build_facts(subject)
-    # VLLM_ENVS:4 reads VLLM_USE_PRECOMPILED with default ""; VLLM_SETUP:22 `if envs.VLLM_USE_PRECOMPILED:`
-    # empties ext_modules (:27), the else arm builds vllm._C (:29)
-    switch = EnvSwitch("VLLM_USE_PRECOMPILED", "", "vllm/envs.py:4", "setup.py:22", builds_when=False)
+    # VLLM_ENVS:4 reads VLLM_USE_PRECOMPILED with default "" (`in ("1", "true")`), or-ed with the wheel
+    # location (:5); VLLM_SETUP:22 `if envs.VLLM_USE_PRECOMPILED:` empties ext_modules (:27), the else arm
+    # builds vllm._C (:29)
+    switch = EnvSwitch(
+        "VLLM_USE_PRECOMPILED", "", "vllm/envs.py:4", "setup.py:22", False, ("VLLM_PRECOMPILED_WHEEL_LOCATION",)
+    )
+    # VLLM_CMAKE:6 the target that builds it (DESTINATION vllm, :8): one extension, setup.py's declaration
+    # with the target's SOURCES (:10), the list set at :1-3 and appended at :4
+    sources = ["csrc/cache_kernels.cu", "csrc/torch_bindings.cpp", "csrc/layernorm_kernels.cu"]
     assert facts.extensions == [
-        BuiltExtension("vllm._C", "_C", "setup.py:29", "CMakeExtension", [], switch),
-        # VLLM_CMAKE:6 the target, its DESTINATION (:8) and SOURCES (:10), the list set at :1-3, appended at :4
-        BuiltExtension(
-            "vllm._C",
-            "_C",
-            "CMakeLists.txt:6",
-            "define_gpu_extension_target",
-            ["csrc/cache_kernels.cu", "csrc/torch_bindings.cpp", "csrc/layernorm_kernels.cu"],
-        ),
+        BuiltExtension("vllm._C", "_C", "setup.py:29", "CMakeExtension", sources, switch),
         BuiltExtension("_fast", "_fast", "CMakeLists.txt:13", "pybind11_add_module", ["csrc/fast.cpp"]),
-        # :14 a STATIC library is no extension module
-        BuiltExtension("_plugin", "_plugin", "CMakeLists.txt:15", "add_library", ["csrc/plugin.cpp"]),
+        # :14 a STATIC and :15 a SHARED library are no Python modules; :16 a MODULE is
+        BuiltExtension("_loaded", "_loaded", "CMakeLists.txt:16", "add_library", ["csrc/loaded.cpp"]),
     ]
     # VLLM_SETUP:26 the wheel the precompiled arm fetches; :23 its location read from the environment first
     assert facts.precompiled == [PrecompiledSource("vllm", "wheel", switch, "setup.py:26")]
@@ -470,11 +526,11 @@ def test_a_switch_that_adds_a_kernel_package_instead(tmp_path: Path) -> None:
         PrecompiledSource("foo-extra-kernels", "pip", instead, "setup.py:12"),
     ]
     copied = build_facts(_tree(tmp_path / "copied", {"setup.py": COPIED_SETUP}))
-    # COPIED_SETUP:9 an early return of build_extensions gates every extension (:15, no enclosing if)
-    skip = EnvSwitch("BAR_SKIP_BUILD", None, "setup.py:9", "setup.py:9", builds_when=False)
-    assert copied.extensions == [BuiltExtension("bar._C", "_C", "setup.py:15", "Extension", ["csrc/x.cpp"], skip)]
-    # :16 the arm empties ext_modules (:19) and copies the files of the package it imports (:17-18)
+    # COPIED_SETUP:16 the arm empties ext_modules (:19) after bar._C went in (:15): that switch gates it
+    # before the early return of build_extensions (:9); the arm copies the files of the package it
+    # imports (:17-18)
     switch = EnvSwitch("BAR_PRECOMPILED", None, "setup.py:16", "setup.py:16", builds_when=False)
+    assert copied.extensions == [BuiltExtension("bar._C", "_C", "setup.py:15", "Extension", ["csrc/x.cpp"], switch)]
     assert copied.precompiled == [PrecompiledSource("bar_kernels", "import", switch, "setup.py:17")]
 
 
@@ -488,3 +544,256 @@ def test_unreadable_build_files_are_gaps(tmp_path: Path) -> None:
     # :3 `envs.MAKE_KERNELS` with no envs.py in the repository: the switch is known, its default is not
     assert missing.extensions[0].switch == EnvSwitch("MAKE_KERNELS", None, "setup.py:3", "setup.py:3", True)
     assert missing.gaps == ["setup.py:3: envs.MAKE_KERNELS is defined in no envs.py of the repository"]
+
+
+POLARITY_SETUP = """\
+import os
+from setuptools import setup
+from torch.utils.cpp_extension import CUDAExtension
+
+SKIP_KERNELS = os.getenv("BUILD_KERNELS", "1") == "0"
+ext_modules = []
+if not SKIP_KERNELS:
+    ext_modules.append(CUDAExtension("pkg._C", ["csrc/ops.cu"]))
+if os.getenv("USE_PREBUILT", "").lower() not in ("0", "false", ""):
+    pass
+else:
+    ext_modules.append(CUDAExtension("pkg._local", ["csrc/local.cu"]))
+if os.environ.get("WITH_B", "0").strip() in ("1", "true"):
+    ext_modules.append(CUDAExtension("pkg._b", ["csrc/b.cu"]))
+if int(os.getenv("WITH_EXTRA", "0")) > 0:
+    ext_modules.append(CUDAExtension("pkg._extra", ["csrc/extra.cu"]))
+if int(os.getenv("NO_SPLIT", "0")) >= 1:
+    pass
+else:
+    ext_modules.append(CUDAExtension("pkg._split", ["csrc/split.cu"]))
+if "WITH_MOE" in os.environ:
+    ext_modules.append(CUDAExtension("pkg._moe", ["csrc/moe.cu"]))
+if os.getenv("WITH_X") == "1" or os.getenv("WITH_Y") == "1":
+    ext_modules.append(CUDAExtension("pkg._xy", ["csrc/xy.cu"]))
+if os.getenv("WITH_P") and os.getenv("WITH_Q"):
+    ext_modules.append(CUDAExtension("pkg._pq", ["csrc/pq.cu"]))
+
+
+def enabled(name):
+    return os.getenv(name, "0") == "1"
+
+
+if enabled("WITH_H"):
+    ext_modules.append(CUDAExtension("pkg._h", ["csrc/h.cu"]))
+if os.getenv("CUDA_ARCH", "all") in supported_archs():
+    ext_modules.append(CUDAExtension("pkg._arch", ["csrc/arch.cu"]))
+setup(name="pkg", ext_modules=ext_modules)
+"""
+
+
+def test_switch_polarity_follows_the_test_as_a_function_of_the_value(tmp_path: Path) -> None:
+    facts = build_facts(_tree(tmp_path, {"setup.py": POLARITY_SETUP}))
+    switches = {e.module: e.switch for e in facts.extensions}
+    assert all(s is not None for s in switches.values()) and facts.gaps == []
+    when = {module: (s.name, s.default, s.gate, s.builds_when, s.combined_with) for module, s in switches.items() if s}
+    assert when == {
+        # :5 a name bound to a comparison keeps it: `not SKIP` (:7) builds unless BUILD_KERNELS is "0"
+        "pkg._C": ("BUILD_KERNELS", "1", "setup.py:7", True, ()),
+        # :9 `not in ("0", "false", "")` holds when on: the else arm (:12) builds when off
+        "pkg._local": ("USE_PREBUILT", "", "setup.py:9", False, ()),
+        "pkg._b": ("WITH_B", "0", "setup.py:13", True, ()),  # `.strip() in ("1", "true")`
+        "pkg._extra": ("WITH_EXTRA", "0", "setup.py:15", True, ()),  # `int(...) > 0`
+        "pkg._split": ("NO_SPLIT", "0", "setup.py:17", False, ()),  # `int(...) >= 1`, else arm
+        "pkg._moe": ("WITH_MOE", None, "setup.py:21", True, ()),  # presence in os.environ
+        # :23 and :25 two switches: the first reported, the other named
+        "pkg._xy": ("WITH_X", None, "setup.py:23", True, ("WITH_Y",)),
+        "pkg._pq": ("WITH_P", None, "setup.py:25", True, ("WITH_Q",)),
+        # :33 a setup.py helper called with the variable's name (:30 its one return)
+        "pkg._h": ("WITH_H", "0", "setup.py:33", True, ()),
+        # :35 compared with what a call returns: the value alone decides nothing, so no polarity is claimed
+        "pkg._arch": ("CUDA_ARCH", "all", "setup.py:35", None, ()),
+    }
+
+
+FETCHED_SETUP = """\
+import os
+import shutil
+import subprocess
+import sys
+from setuptools import setup
+from torch.utils.cpp_extension import CUDAExtension
+
+install_requires = ["torch", "numpy"]
+ext_modules = [CUDAExtension("pkg._C", ["csrc/ops.cu"])]
+if os.getenv("PKG_PRECOMPILED", "0") == "1":
+    ext_modules = []
+    print("pip install ninja for faster builds")
+    import json
+    import pkg_kernels
+    import other_kernels
+    shutil.copy("README.md", "build/README.md")
+    root = os.path.dirname(pkg_kernels.__file__)
+    shutil.copytree(root, "pkg/kernels")
+    install_requires.extend(["pkg-kernels-a==1.0", "pkg-kernels-b"])
+    install_requires.append("torch>=2.5")
+    wheel = "pkg_prebuilt-1.0-cp310-linux_x86_64.whl"
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "--no-deps", "pkg-extra"])
+    command = "pip install pkg-more"
+    os.system(command)
+setup(name="pkg", install_requires=install_requires, ext_modules=ext_modules)
+"""
+ASSIGNED_SETUP = """\
+import glob
+import os
+from setuptools import setup
+from torch.utils.cpp_extension import CUDAExtension
+ext_modules = []
+if os.getenv("USE_PREBUILT", "").lower() not in ("0", "false", ""):
+    install_requires = ["pkg-kernels==1.0"]
+else:
+    ext_modules.append(CUDAExtension("pkg._C", sources=[os.path.join("csrc", "ops.cu")] + glob.glob("csrc/**/*.cu")))
+if os.environ.get("VERBOSE"):
+    print("pip install ninja recommended")
+setup(name="pkg", ext_modules=ext_modules)
+"""
+
+
+def test_only_fetch_evidence_makes_a_precompiled_package(tmp_path: Path) -> None:
+    facts = build_facts(_tree(tmp_path / "fetched", {"setup.py": FETCHED_SETUP}))
+    # FETCHED_SETUP:10 the arm empties ext_modules (:11) after pkg._C went in (:9): it is built when off
+    switch = EnvSwitch("PKG_PRECOMPILED", "0", "setup.py:10", "setup.py:10", builds_when=False)
+    assert facts.extensions == [BuiltExtension("pkg._C", "_C", "setup.py:9", "CUDAExtension", ["csrc/ops.cu"], switch)]
+    assert [(p.package, p.how, p.where) for p in facts.precompiled] == [
+        ("pkg-kernels-a", "requirement", "setup.py:19"),  # `.extend([...])`: every package
+        ("pkg-kernels-b", "requirement", "setup.py:19"),
+        ("pkg_prebuilt", "wheel", "setup.py:21"),
+        ("pkg-extra", "pip", "setup.py:22"),  # an argument list run by check_call
+        ("pkg-more", "pip", "setup.py:24"),  # a command assigned (:23), then run by os.system
+        ("pkg_kernels", "import", "setup.py:14"),  # its files copied through `root` (:17-18)
+    ]
+    # not: ninja (:12 a printed string), json (:13 stdlib), other_kernels (:15 nothing copies it; :16 copies
+    # an unrelated file), torch (:20, already required unconditionally at :8)
+    assert {p.switch for p in facts.precompiled} == {switch}
+    assigned = build_facts(_tree(tmp_path / "assigned", {"setup.py": ASSIGNED_SETUP}))
+    # ASSIGNED_SETUP:7 a plain assignment to install_requires in the arm that builds nothing (:6)
+    instead = EnvSwitch("USE_PREBUILT", "", "setup.py:6", "setup.py:6", builds_when=False)
+    assert assigned.precompiled == [PrecompiledSource("pkg-kernels", "requirement", instead, "setup.py:7")]
+    # :9 `os.path.join("csrc", "ops.cu")` is one path; the glob keeps its fixed directory
+    assert assigned.extensions[0].sources == ["csrc/ops.cu", "csrc"] and assigned.extensions[0].switch == instead
+
+
+COMMANDS_SETUP = """\
+import os
+from setuptools import Extension, setup
+from setuptools.command.build_py import build_py
+from torch.utils.cpp_extension import BuildExtension
+
+
+class my_build_py(build_py):
+    def build_module(self, module, module_file, package):
+        if os.getenv("SKIP_DOCS"):
+            return
+        return super().build_module(module, module_file, package)
+
+
+class Base(BuildExtension):
+    def helper(self):
+        if os.getenv("NOT_A_GATE"):
+            return
+
+
+class Kernels(Base):
+    def build_extensions(self):
+        if os.getenv("PKG_SKIP_KERNELS", "0") == "1":
+            return
+        super().build_extensions()
+
+
+setup(ext_modules=[Extension("pkg._C", ["csrc/ops.cpp"])], cmdclass={"build_py": my_build_py, "build_ext": Kernels})
+"""
+REGISTERED_SETUP = """\
+import os
+from setuptools import Extension, setup
+
+
+class Compile:
+    def run(self):
+        if not os.getenv("PKG_COMPILE"):
+            return
+
+
+setup(name="pkg", ext_modules=[Extension("pkg._C", ["csrc/ops.cpp"])], cmdclass={"build_ext": Compile})
+"""
+
+
+def test_only_build_ext_commands_gate_every_extension(tmp_path: Path) -> None:
+    facts = build_facts(_tree(tmp_path / "commands", {"setup.py": COMMANDS_SETUP}))
+    # COMMANDS_SETUP:9 build_py.build_module's return and :16 a helper method of a BuildExtension gate
+    # nothing; :22 build_extensions of Kernels (a BuildExtension through Base, :14 and :20) does
+    skip = EnvSwitch("PKG_SKIP_KERNELS", "0", "setup.py:22", "setup.py:22", builds_when=False)
+    assert facts.extensions == [BuiltExtension("pkg._C", "_C", "setup.py:27", "Extension", ["csrc/ops.cpp"], skip)]
+    registered = build_facts(_tree(tmp_path / "registered", {"setup.py": REGISTERED_SETUP}))
+    # REGISTERED_SETUP:11 registers Compile (no build_ext base) under "build_ext"; its run (:7) returns unless set
+    compile_switch = EnvSwitch("PKG_COMPILE", None, "setup.py:7", "setup.py:7", builds_when=True)
+    assert [e.switch for e in registered.extensions] == [compile_switch]
+
+
+CMAKE_SETUP = """\
+import os
+from setuptools import setup
+from cmake_build import CMakeExtension
+
+ROOT_DIR = os.path.dirname(__file__)
+ext_modules = [
+    CMakeExtension("pkg._ext", cmake_lists_dir="."),
+    CMakeExtension("pkg._x", sourcedir=os.path.join(ROOT_DIR, "extra")),
+]
+if os.getenv("PKG_KERNELS", "1") != "0":
+    ext_modules.append(CMakeExtension(name="pkg._C"))
+setup(name="pkg", ext_modules=ext_modules)
+"""
+CMAKE_TOP = """\
+cmake_minimum_required(VERSION 3.20)
+project(pkg)
+set(COMMON_SRC common.cu)
+add_subdirectory(csrc)
+add_subdirectory(third_party/pybind11)
+add_subdirectory(tests)
+add_library(helpers SHARED csrc/helpers.cpp)
+"""
+CMAKE_CSRC = """\
+set(SRC ops.cpp kernels/a.cu)
+define_gpu_extension_target(
+  _C
+  DESTINATION pkg
+  LANGUAGE CUDA
+  SOURCES ${SRC} ${CMAKE_CURRENT_SOURCE_DIR}/b.cu ${CMAKE_SOURCE_DIR}/shared/c.cu
+  WITH_SOABI)
+add_library(_ext MODULE ${COMMON_SRC})
+"""
+
+
+def test_cmake_targets_of_the_project_merge_with_setup_declarations(tmp_path: Path) -> None:
+    files = {
+        "setup.py": CMAKE_SETUP,
+        "CMakeLists.txt": CMAKE_TOP,
+        "csrc/CMakeLists.txt": CMAKE_CSRC,
+        "third_party/pybind11/CMakeLists.txt": "pybind11_add_module(pybind11_tests test_a.cpp)\n",
+        "tests/CMakeLists.txt": "pybind11_add_module(_test_ext t.cpp)\n",
+        "stray/CMakeLists.txt": "pybind11_add_module(_stray s.cpp)\n",
+        "extra/CMakeLists.txt": "pybind11_add_module(_x x.cpp)\n",
+    }
+    facts = build_facts(_tree(tmp_path, files))
+    # CMAKE_SETUP:7-8 directory arguments are no sources; :8 names extra/ as a CMake root (its _x target);
+    # CMAKE_CSRC:8 `_ext` (no DESTINATION) is pkg._ext by its last component, its source relative to csrc/;
+    # CMAKE_CSRC:2-7 pkg._C: sources relative to csrc/, ${CMAKE_CURRENT_SOURCE_DIR} and ${CMAKE_SOURCE_DIR}
+    switch = EnvSwitch("PKG_KERNELS", "1", "setup.py:10", "setup.py:10", builds_when=True)
+    assert facts.extensions == [
+        BuiltExtension("pkg._ext", "_ext", "setup.py:7", "CMakeExtension", ["csrc/common.cu"]),
+        BuiltExtension("pkg._x", "_x", "setup.py:8", "CMakeExtension", ["extra/x.cpp"]),
+        BuiltExtension(
+            "pkg._C",
+            "_C",
+            "setup.py:11",
+            "CMakeExtension",
+            ["csrc/ops.cpp", "csrc/kernels/a.cu", "csrc/b.cu", "shared/c.cu"],
+            switch,
+        ),
+    ]  # not: third_party/ and tests/ targets, stray/ (no add_subdirectory reaches it), CMAKE_TOP:7 a SHARED library
+    assert facts.gaps == []

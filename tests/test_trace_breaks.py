@@ -90,6 +90,8 @@ class TinyForCausalLM:
             pass
         self.rotary = rotary(1)
 """
+HELPERS_IMPORT = "from vllm_metax.models.tiny_helpers import helper  # noqa: E402\n"
+HELPERS_LINE = TINY_MODEL.count("\n") + 1
 
 
 def _tree(root: Path, files: dict[str, str]) -> Path:
@@ -113,10 +115,15 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     plugin = build_plugin_repo(
         root / "plugin", root, {}, registrations={"TinyForCausalLM": "vllm_metax.models.tiny:TinyForCausalLM"}
     )
-    (plugin / "vllm_metax/models/tiny.py").write_text(TINY_MODEL)
+    (plugin / "vllm_metax/models/tiny.py").write_text(TINY_MODEL + HELPERS_IMPORT)
+    (plugin / "vllm_metax/models/tiny_helpers.py").write_text("def helper():\n    return 1\n")
     git(plugin, "add", "-A")
     git(plugin, "commit", "-qm", "tiny model")
-    return {"root": root, "sources": sources, "state": tmp_path_factory.mktemp("tiny-state")}
+    # the plugin's own move, its importer left behind: the stale import names this commit
+    git(plugin, "mv", "vllm_metax/models/tiny_helpers.py", "vllm_metax/models/tiny_utils.py")
+    git(plugin, "commit", "-qm", "rename the tiny helpers")
+    moved = git(plugin, "rev-parse", "HEAD").strip()
+    return {"root": root, "sources": sources, "state": tmp_path_factory.mktemp("tiny-state"), "moved": moved}
 
 
 def tiny_trace(ws: dict[str, Any], target: str) -> dict[int, list[Any]]:
@@ -176,6 +183,16 @@ def test_a_module_attribute_that_broke_after_the_last_release_is_in_no_release_y
     )
     assert {("vllm/layers.py", 1), ("vllm/linear.py", 1)} <= cited(linear)
     assert 10 not in found and 12 not in found
+
+
+def test_a_stale_plugin_import_names_the_plugin_commit_that_moved_its_module(tiny: dict[str, Any]) -> None:
+    # tiny.py's last line imports vllm_metax.models.tiny_helpers; the fixture's last plugin commit
+    # moved that file to tiny_utils.py and left the import as it was
+    stale = one(tiny_trace(tiny, "v1.1.0"), HELPERS_LINE)
+    assert stale.kind == "unresolved_import"
+    assert f"plugin commit {tiny['moved'][:12]} ('rename the tiny helpers')" in stale.detail
+    assert "moved it to vllm_metax/models/tiny_utils.py" in stale.detail
+    assert [e.sha for e in stale.evidence if e.kind == "commit"] == [tiny["moved"]]
 
 
 def test_release_directories_name_the_first_release_where_it_fails(tiny: dict[str, Any], tmp_path: Path) -> None:

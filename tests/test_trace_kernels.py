@@ -21,7 +21,8 @@ from vllm_metax_mcp.core.code.codebase import Codebase
 from vllm_metax_mcp.core.code.module_index import ModuleIndex, RecordCache
 from vllm_metax_mcp.core.foundation.state import StateStore
 from vllm_metax_mcp.core.sources.subjects import DirectorySubject
-from vllm_metax_mcp.core.trace.kernels import KernelLaunch, OpRow, attach_build, extension_text, kernel_launches
+from vllm_metax_mcp.core.trace.build_ops import attach_build, extension_text
+from vllm_metax_mcp.core.trace.kernels import KernelLaunch, OpRow, kernel_launches
 from vllm_metax_mcp.core.trace.signatures import kernel_drift
 
 

@@ -10,15 +10,18 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from ..core.audit.commits import SymbolChangeKind
-from ..core.audit.counts import CommitCounts, Status, status
+from ..core.audit.counts import Status, status
 from ..core.audit.decisions import EntryOutcome, ProposedAnnotation, ProposedDecision, decide
 from ..core.audit.dependents import DependencyKind
 from ..core.audit.export import Export, export
+from ..core.audit.lagging import DeclaredBase
 from ..core.audit.ledger import Disposition
 from ..core.audit.listing import CommitPage, ListedCommit, list_page
+from ..core.audit.local_history import LocalCommit, local_history
 from ..core.audit.recheck import Baseline, Recheck, run_recheck, take_baseline
 from ..core.audit.scope import ScopeRequest
 from ..core.audit.session import DEFAULT_LIMITS, MAX_LIMITS, AuditSession, Paging, open_session
+from ..core.code.module_index import RecordCache
 from ..core.compare.inputs import target_label
 from ..core.compare.releases import MAX_RELEASES
 from ..core.foundation.errors import bad_input
@@ -30,11 +33,10 @@ from ..core.sources.subjects import RevisionSubject
 from .arguments import UpstreamArgs, open_plugin_repo, open_plugin_subject, open_upstream
 from .spec import ToolEnv, ToolOutput, ToolSpec
 
-Action = Literal["list", "record", "baseline", "annotate", "status", "recheck", "export"]
+Action = Literal["list", "local", "record", "baseline", "annotate", "status", "recheck", "export"]
 CONFIRMED_ACTIONS = frozenset({"record", "baseline", "annotate"})
 MAX_ENTRIES = 500
-SHOWN = 10
-"""Per-commit list items in a page of commits; `commit=<sha>` shows up to DETAIL_SHOWN."""
+SHOWN = 10  # per-commit list items in a page of commits; `commit=<sha>` shows up to DETAIL_SHOWN
 DETAIL_SHOWN = 2000
 LEDGER_URI = "vllm-metax://ledgers/{}"
 
@@ -69,7 +71,9 @@ class AnnotateEntry(BaseModel):
 class AuditCommitsInput(UpstreamArgs):
     action: Action = Field(
         default="list",
-        description="list: commits per page; record: decisions (entries); baseline: import diff_model's difference "
+        description="list: commits per page; local: the plugin's own commits in local_range (moves with the "
+        "imports still naming the old module, dropped op bindings still called); record: decisions (entries); "
+        "baseline: import diff_model's difference "
         "matrix; annotate: inventory rows (entries with node); status: per-file counts, paged; recheck: differences "
         "nothing explains, paged; export: JSON and markdown of the ledger.",
     )
@@ -86,6 +90,9 @@ class AuditCommitsInput(UpstreamArgs):
         "(as diff_model computes it). Without releases or base the ledger's recorded bases are used.",
     )
     base: str | None = Field(default=None, description="One base revision for every file (overrides releases).")
+    local_range: str | None = Field(
+        default=None, description="local: START..END revisions of the plugin repository (e.g. its last upgrade)."
+    )
     include_dependencies: bool = Field(
         default=False, description="Also follow the upstream modules each counterpart imports."
     )
@@ -173,13 +180,10 @@ class FileRange(BaseModel):
     commits: int = 0
     with_entry: int = 0
     without_entry: int = 0
-
-
-class EntryResult(BaseModel):
-    index: int
-    accepted: bool
-    error: str | None = None
-    code: str | None = None
+    behind_declared: list[str] = Field(
+        default_factory=list, description="status: commits of the range below the plugin's declared release."
+    )
+    behind_total: int = 0
 
 
 class Summary(BaseModel):
@@ -216,12 +220,20 @@ class AuditCommitsOutput(ToolOutput):
         default_factory=list, description="status: this page of files; list: the files of this page's commits."
     )
     commits: list[CommitOut] = Field(default_factory=list)
+    local_commits: list[LocalCommit] = Field(
+        default_factory=list,
+        description="local: commits oldest first; moves: modules renamed or deleted, with what at END still names "
+        "them (dangling); dropped: op registrations removed that END still calls.",
+    )
+    local_counts: dict[str, int] = Field(
+        default_factory=dict, description="local: commits, moves, dangling (moves still named), dropped_bindings."
+    )
     patch: list[str] = Field(default_factory=list, description="list with commit and patch: this page of the patch.")
     total: int = Field(
         default=0, description="Items of the paged list (commits, files, unaccounted or patch lines) in all pages."
     )
     next_cursor: str | None = None
-    results: list[EntryResult] = Field(default_factory=list)
+    results: list[EntryOutcome] = Field(default_factory=list)
     summary: Summary = Field(default_factory=Summary)
     unaccounted: list[UnaccountedOut] = Field(default_factory=list)
     baseline_rows: int = 0
@@ -232,6 +244,9 @@ class AuditCommitsOutput(ToolOutput):
         default=False, description="recheck/export only: every commit has an entry and nothing is unaccounted."
     )
     export: ExportOut | None = None
+    declared: list[DeclaredBase] = Field(
+        default_factory=list, description="status: where the plugin declares the upstream release it targets."
+    )
     unknowns: list[str] = Field(default_factory=list)
     next_step: str = ""
 
@@ -260,12 +275,13 @@ def _open(args: AuditCommitsInput, env: ToolEnv) -> AuditSession:
 def _check_arguments(args: AuditCommitsInput) -> None:
     if args.patch != "none" and (args.action != "list" or not args.commit):
         raise bad_input("patch needs action=list and commit (the sha whose patch to read).")
-    if args.commit and args.action != "list":
-        raise bad_input("commit is only used with action=list.")
     if args.entries and args.action not in ("record", "annotate"):
         raise bad_input("entries are only taken by action=record or action=annotate.")
     if args.action in ("record", "annotate") and not args.entries:
         raise bad_input(f"action={args.action} needs entries.")
+    for name, action in (("commit", "list"), ("local_range", "local")):
+        if getattr(args, name) and args.action != action:
+            raise bad_input(f"{name} is only used with action={action}.")
 
 
 def _proposal(entry: RecordEntry | AnnotateEntry) -> ProposedDecision | ProposedAnnotation:
@@ -293,10 +309,6 @@ def _output(args: AuditCommitsInput, session: AuditSession, **fields: Any) -> Au
         upstream_target=target_label(session.upstream, session.mapping),
         **fields,
     )
-
-
-def _summary(counts: CommitCounts) -> Summary:
-    return Summary(**asdict(counts))
 
 
 def _commit_out(listed: ListedCommit, shown: int) -> CommitOut:
@@ -333,7 +345,7 @@ def _listed(args: AuditCommitsInput, session: AuditSession, page: CommitPage) ->
         patch=page.patch,
         total=page.total,
         next_cursor=page.next_cursor,
-        summary=_summary(page.counts),
+        summary=Summary(**asdict(page.counts)),
         unknowns=page.unknowns,
     )
     output.next_step = (
@@ -344,7 +356,7 @@ def _listed(args: AuditCommitsInput, session: AuditSession, page: CommitPage) ->
 
 
 def _decided(args: AuditCommitsInput, session: AuditSession, outcomes: list[EntryOutcome]) -> AuditCommitsOutput:
-    output = _output(args, session, results=[EntryResult(**asdict(o)) for o in outcomes])
+    output = _output(args, session, results=outcomes)
     output.next_step = "status (action=status) shows the commits still without an entry; recheck then the differences."
     return output
 
@@ -357,8 +369,9 @@ def _status(args: AuditCommitsInput, session: AuditSession, paging: Paging, foun
         files=page.items,
         total=page.total,
         next_cursor=page.next_cursor,
-        summary=_summary(found.counts),
+        summary=Summary(**asdict(found.counts)),
         unknowns=found.unknowns,
+        declared=found.window.declared,
     )
     output.next_step = (
         "Record entries for the commits without one (action=list shows them), then recheck (action=recheck)."
@@ -390,7 +403,7 @@ def _recheck(args: AuditCommitsInput, session: AuditSession, paging: Paging, che
         unaccounted=page.items,
         total=page.total,
         next_cursor=page.next_cursor,
-        summary=_summary(check.counts),
+        summary=Summary(**asdict(check.counts)),
         complete=check.complete,
         unknowns=check.unknowns,
         matrix_counts=check.matrix.class_counts(),
@@ -411,7 +424,7 @@ def _exported(args: AuditCommitsInput, session: AuditSession, check: Recheck, do
     return _output(
         args,
         session,
-        summary=_summary(check.counts),
+        summary=Summary(**asdict(check.counts)),
         complete=check.complete,
         unknowns=done.document["unknowns"],
         export=ExportOut(
@@ -420,28 +433,46 @@ def _exported(args: AuditCommitsInput, session: AuditSession, check: Recheck, do
     )
 
 
-def audit_commits(args: AuditCommitsInput, env: ToolEnv) -> AuditCommitsOutput:
-    """Every upstream commit in each plugin file's range, reviewed per (commit, file) and recorded.
+def _local(args: AuditCommitsInput, env: ToolEnv, paging: Paging) -> AuditCommitsOutput:
+    repo = open_plugin_repo(args, env)
+    if repo is None or not args.local_range:
+        raise bad_input("action=local needs local_range=START..END and a plugin repository (not subject=directory).")
+    history = local_history(repo, RecordCache(env.store), args.local_range, args.paths)
+    page = paging.page(history.commits, "commits")
+    return AuditCommitsOutput(
+        action="local",
+        local_commits=list(page.items),
+        local_counts=history.counts(),
+        total=page.total,
+        next_cursor=page.next_cursor,
+        unknowns=history.unknowns,
+        next_step="Fix each dangling reference (the new location) and each dropped binding still called; then audit "
+        "the upstream range of the mapped files (action=list).",
+    )
 
-    A file's range runs from its base (its closest release among `releases`, as diff_model pairs
-    it, or `base`; later calls reuse the ledger's) to the target, over its upstream counterpart
-    (renames and moves followed) and, with include_dependencies, the modules that counterpart
-    imports. list pages the commits: touched files split into mapped, other production modules
-    and other (tests, docs, benchmarks, CI), the upstream symbols each changed, the plugin symbols
-    depending on them (copies, subclasses, importers, patches), and the patch on request. A title
-    is never evidence. record takes a batch of decisions and answers each: disposition, local_edit,
-    affected interface, plugin symbols and evidence the server verifies (file lines exist at the
-    cited revision, commits lie in range, results and probes exist; a note never stands alone).
-    baseline imports diff_model's difference matrix, annotate marks trace_dependency inventory
-    rows, status counts commits with and without an entry, recheck reports every local-vs-target
-    difference neither the baseline nor an entry explains, export writes JSON and markdown.
-    record, baseline and annotate need a confirmed target; everything writes only the state
-    directory.
+
+def audit_commits(args: AuditCommitsInput, env: ToolEnv) -> AuditCommitsOutput:
+    """Every upstream commit in each plugin file's range, reviewed per (commit, file) into a ledger.
+
+    A file's range runs from its base (its closest of `releases` as diff_model pairs it, or `base`;
+    later calls reuse the ledger's) to the target over its counterpart, renames followed
+    (include_dependencies adds the modules it imports). list pages commits: files (mapped, other
+    production, other), upstream symbols changed, plugin symbols depending on them, the patch on
+    request. record answers each decision once its evidence checks out (file lines at the cited
+    revision, commits in range, results and probes exist; a note never stands alone, a title is
+    never evidence). baseline imports diff_model's difference matrix; annotate marks
+    trace_dependency rows; status counts commits with and without an entry; recheck lists the
+    differences nothing explains; export writes JSON and markdown. local lists the plugin's own
+    commits in local_range: files touched, modules moved or deleted with what at END still names
+    them, op registrations dropped that END still calls. record, baseline and annotate need a
+    confirmed target; only the state directory is written.
     """
     _check_arguments(args)
+    paging = Paging(args.cursor, args.limit, inputs_fingerprint("audit_commits", args.model_dump(mode="json")))
+    if args.action == "local":
+        return _local(args, env, paging)
     session = _open(args, env)
     scope = ScopeRequest(args.base, tuple(args.releases), args.include_dependencies)
-    paging = Paging(args.cursor, args.limit, inputs_fingerprint("audit_commits", args.model_dump(mode="json")))
     if args.action == "list":
         return _listed(args, session, list_page(session, scope, paging, args.commit, args.patch))
     if args.action == "record" or args.action == "annotate":

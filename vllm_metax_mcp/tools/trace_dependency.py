@@ -14,10 +14,11 @@ from ..core.foundation.policy import Effect
 from ..core.foundation.results import Page, inputs_fingerprint, paginate
 from ..core.sources.environment import load_record
 from ..core.sources.subjects import RevisionSubject
+from ..core.trace.build_ops import extension_text, precompiled_text
 from ..core.trace.checks import ProbeTarget, probe_target
 from ..core.trace.defects import DefectKind
 from ..core.trace.inherited import InheritedKind
-from ..core.trace.kernels import SchemaSource, extension_text, precompiled_text
+from ..core.trace.kernels import SchemaSource
 from ..core.trace.loading import WeightLoadingKind
 from ..core.trace.run import Section, Trace, TraceRequest, Trees, changes, run_trace
 from ..core.trace.stability import grouped, summarise

@@ -16,5 +16,7 @@ reads the ledger's annotations and the ledger resource serves the stored file.
 - `checks`: the evidence a decision is accepted with, verified against trees, repositories and state;
 - `symbols`: plugin symbols and inventory rows a ledger item names, resolved in the trees;
 - `differences`: matrix rows with the identity of their code, baseline rows, and what nothing explains;
-- `report`: the export as markdown.
+- `report`: the export as markdown;
+- `lagging`: for the status action, the files whose base is older than the plugin's declared release;
+- `local_history`: the local action, the plugin's own commits over a range: moves still named, dropped bindings.
 """

@@ -3,9 +3,10 @@ status action, and the counts list, recheck and export report)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from .commits import Listing, list_commits
+from .lagging import Window, upgrade_window
 from .scope import Scope, ScopeRequest, resolve_scope
 from .session import AuditSession
 
@@ -26,6 +27,9 @@ class FileCount:
     commits: int
     with_entry: int
     without_entry: int
+    behind_declared: list[str] = field(default_factory=list)
+    """Commits of its range below the release the plugin declares (its base is older), oldest first."""
+    behind_total: int = 0
 
 
 @dataclass(frozen=True)
@@ -70,13 +74,19 @@ class Status:
     files: list[FileCount]
     counts: CommitCounts
     unknowns: list[str]
+    window: Window
 
 
 def status(session: AuditSession, request: ScopeRequest) -> Status:
-    """The status action: every file's counts and the commits' (the tool pages the files)."""
+    """The status action: every file's counts and the commits' (the tool pages the files), and the
+    files lagging the release the plugin declares."""
     scope = resolve_scope(session, request)
     listing = list_commits(session.upstream.repo, scope.tracks, session.target)
     recorded = session.recorded()
-    return Status(
-        file_counts(scope, listing, recorded), commit_counts(listing, recorded), scope.unknowns + listing.unknowns
-    )
+    window = upgrade_window(session, scope, listing, request.releases)
+    files = [
+        replace(f, behind_declared=b.shas, behind_total=b.total) if (b := window.behind.get(f.local)) else f
+        for f in file_counts(scope, listing, recorded)
+    ]
+    unknowns = scope.unknowns + listing.unknowns + window.unknowns
+    return Status(files, commit_counts(listing, recorded), unknowns, window)

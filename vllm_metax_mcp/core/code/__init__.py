@@ -26,10 +26,14 @@ Modules:
 - `conditions`: the conditions guards put on code (`if` tests as opaque pairs, literals decided),
   merged over the ways to it.
 - `plugin_facts`: what the plugin's own source says about MACA (platform answers, ops it registers).
-- `op_scanners`: `torch.ops` uses and op registrations (every C++ `TORCH_LIBRARY*` family with its
-  defs and impls, Python custom ops, pybind functions).
-- `build_files`: the extension modules a build compiles, the environment switches that gate them,
-  and the precompiled packages a switch takes kernels from instead.
+- `op_scanners`: `torch.ops` uses and op registrations (C++ through `native_scan`, Python custom ops
+  with their defs, kernels per dispatch key and fakes).
+- `native_scan`: the text scan of C/C++/CUDA sources: every `TORCH_LIBRARY*` family (stable ABI
+  included), its `def` schemas and `impl` dispatch keys.
+- `build_files`: the extension modules a build compiles (setup.py and CMake, one entry each), the
+  environment switch that gates each, and the precompiled packages a switch takes kernels from.
+- `build_switches`: the environment switches of a build file and the direction each decides.
+- `build_cmake`: the Python extension targets of the CMake files a build reaches.
 
 Serves trace_dependency (directly and through `trace`), diff_model (through `compare`) and
 audit_commits (through `audit`). Depends on `foundation` and `sources`.

@@ -1,8 +1,8 @@
 """Op facts of source trees: `torch.ops` uses and op registrations, found by scanning code.
 
 Registrations come from a text scan of C/C++/CUDA sources (every `TORCH_LIBRARY*` macro family, stable
-ABI included: `.def` schemas, `.impl` kernels and their dispatch keys; `PYBIND11_MODULE` functions, no
-torch ops, apart) and from Python registration calls or decorators (`direct_register_custom_op`,
+ABI included: `.def` schemas, `.impl` kernels and their dispatch keys; a `PYBIND11_MODULE` registers no
+torch op and is not read) and from Python registration calls or decorators (`direct_register_custom_op`,
 `torch.library` functions, `Library` methods) in either tree; each says what it adds (`kind`). Serves
 trace_dependency (kernels on the path) and diff_model / audit_commits (the ops the plugin registers).
 """
@@ -19,39 +19,24 @@ from ..foundation.state import StateStore
 from .codebase import Codebase
 from .dispatch import dotted
 from .fact_cache import FactCache
+from .native_scan import NativeFacts, NativeHow, scan_native
 
-PYTHON_FACTS_VERSION = 3
-NATIVE_FACTS_VERSION = 2
+PYTHON_FACTS_VERSION = 4
+NATIVE_FACTS_VERSION = 3
 NATIVE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".h", ".hpp", ".hip", ".mm")
-BUILD_NAMESPACE = "TORCH_EXTENSION_NAME"
-"""The macro the build defines as the extension's name: the namespace is only known from the build."""
-BLOCK = re.compile(r"\b((?:STABLE_)?TORCH_LIBRARY(?:_FRAGMENT|_IMPL_EXPAND|_IMPL|_EXPAND)?|PYBIND11_MODULE)\s*\(")
-NATIVE_KEY = re.compile(r"(?:\w+::)*(?:DispatchKey|DeviceType)::(\w+)|(?:\w+::)*k([A-Z]\w*)")
-"""A dispatch key argument of `.impl`: `c10::DispatchKey::CUDA`, `torch::kCUDA`."""
-STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
-TOKEN = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|[()\[\]{},]")
-"""What bracket matching looks at: string and char literals (skipped whole), brackets, commas."""
 DEFAULT_NAMESPACE = "vllm"
 """`direct_register_custom_op` without `target_lib` registers into vLLM's own library."""
-DEFINE = re.compile(r"#\s*define\s+(\w+)\s+(\w+)")
-STRING_OR_COMMENT = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*|/\*.*?\*/', re.S)
 PYTHON_NEEDLES = (b"torch.ops", b"custom_op", b"Library", b"library", b".define(", b".impl(", b"register_", b"_op(")
 
 RegistrationKind = Literal["def", "impl", "fake"]
 """What a registration adds: the op itself (its schema), a kernel for a dispatch key, a fake (meta) kernel."""
 DEFINITIONS: tuple[RegistrationKind, ...] = ("def",)
 """The default view: what makes an op exist. An impl or fake only adds a kernel to an op defined elsewhere."""
-NATIVE_LISTS: dict[RegistrationKind, str] = {"def": "registrations", "impl": "impls"}
-"""Where `scan_native` keeps each kind (defs under their first key)."""
-DefinitionHow = Literal["TORCH_LIBRARY", "TORCH_LIBRARY_FRAGMENT", "TORCH_LIBRARY_EXPAND"]
-ImplHow = Literal["TORCH_LIBRARY_IMPL", "TORCH_LIBRARY_IMPL_EXPAND"]
-StableHow = Literal["STABLE_TORCH_LIBRARY", "STABLE_TORCH_LIBRARY_FRAGMENT", "STABLE_TORCH_LIBRARY_IMPL"]
-"""The native macro families (`how` of a C/C++ registration)."""
 TorchLibraryHow = Literal["torch.library.custom_op", "torch.library.triton_op", "torch.library.define"]
 TorchKernelHow = Literal["torch.library.impl", "torch.library.register_kernel"]
 TorchFakeHow = Literal["torch.library.register_fake", "torch.library.impl_abstract"]
 LibraryHow = Literal["direct_register_custom_op", "Library.define", "Library.impl", "Library.register_fake"]
-RegistrationHow = Literal[DefinitionHow, ImplHow, StableHow, TorchLibraryHow, TorchKernelHow, TorchFakeHow, LibraryHow]
+RegistrationHow = Literal[NativeHow, TorchLibraryHow, TorchKernelHow, TorchFakeHow, LibraryHow]
 
 
 # -- Python facts ----------------------------------------------------------------------------
@@ -148,7 +133,11 @@ def _registration(call: ast.Call) -> dict[str, Any] | None:
     if found:
         return found
     op, form = _qualified_op(const_string(call.args[0]) if call.args else None), QUALIFIED_FORMS.get(last)
-    return _registered(callee, f"torch.library.{last}", form, call, op=op) if op and form else None
+    if not op or not form:
+        return None
+    signature = const_string(call_argument(call, 1, "schema")) if last == "define" else None
+    schema = f"{op.partition('.')[2]}{signature}" if signature else None
+    return _registered(callee, f"torch.library.{last}", form, call, op=op, schema=schema)
 
 
 def scan_python(source: bytes) -> dict[str, Any]:
@@ -261,119 +250,6 @@ class PythonOpFacts:
 NO_FACTS = PythonOpFacts([], {}, [], [])
 
 
-# -- native facts ----------------------------------------------------------------------------
-
-
-def _balanced(text: str, start: int, opening: str, closing: str) -> int:
-    """Index just past the bracket that closes the one at `start` (strings and chars skipped)."""
-    depth = 0
-    for token in TOKEN.finditer(text, start):
-        depth += (token[0] == opening) - (token[0] == closing)
-        if depth == 0:
-            return token.end()
-    return len(text)
-
-
-def _split_arguments(text: str) -> list[str]:
-    """Top-level comma-separated arguments (brackets and string literals respected)."""
-    parts, depth, begin = [], 0, 0
-    for token in TOKEN.finditer(text):
-        depth += (token[0] in "([{") - (token[0] in ")]}")
-        if token[0] == "," and depth == 0:
-            parts.append(text[begin : token.start()].strip())
-            begin = token.end()
-    parts.append(text[begin:].strip())
-    return parts
-
-
-def _namespace(expression: str, expand: bool, macros: dict[str, str]) -> str:
-    """The library namespace a macro argument names; '*' stands for the build-defined part."""
-    if not expand:
-        return expression
-    tokens = re.findall(r"\w+", expression)
-    if tokens and tokens[0] == "CONCAT":
-        tokens = tokens[1:]
-    return "".join("*" if t == BUILD_NAMESPACE else macros.get(t, t) for t in tokens) or "*"
-
-
-def _blank_comments(text: str) -> str:
-    """Comments replaced by spaces (newlines kept, so line numbers stay right)."""
-    return STRING_OR_COMMENT.sub(lambda m: m[0] if m[0].startswith('"') else re.sub(r"[^\n]", " ", m[0]), text)
-
-
-def _line(text: str, index: int) -> int:
-    return text.count("\n", 0, index) + 1
-
-
-@dataclass(frozen=True)
-class _Call:
-    """A call in C/C++ text: a block macro, with the `{ ... }` body after it in [start, end) (a `#define`
-    of the macro has none and is skipped), or a member call (`m.def(...)`) inside such a body."""
-
-    name: str
-    arguments: list[str]
-    line: int
-    start: int
-    end: int
-
-
-def _call(text: str, name: str, at: int, open_paren: int) -> _Call:
-    close = _balanced(text, open_paren, "(", ")")
-    body = re.compile(r"\s*\{").match(text, close)
-    start = body.end() - 1 if body else close
-    end = _balanced(text, start, "{", "}") if body else close
-    return _Call(name, _split_arguments(text[open_paren + 1 : close - 1]), _line(text, at), start, end)
-
-
-def _member_calls(text: str, block: _Call, receiver: str, methods: str) -> Iterator[_Call]:
-    pattern = re.compile(rf"\b{re.escape(receiver)}\s*\.\s*({methods})\s*\(")
-    for found in pattern.finditer(text, block.start, block.end):
-        yield _call(text, found.group(1), found.end() - 1, found.end() - 1)
-
-
-def _library(text: str, block: _Call, macros: dict[str, str], facts: dict[str, list[dict[str, Any]]]) -> None:
-    """The defs (their first JSON shape) and impls of one `TORCH_LIBRARY*` block; IMPL forms take
-    (ns, dispatch key, receiver), and an impl's own key argument wins over the block's."""
-    impl_block = "_IMPL" in block.name
-    namespace = _namespace(block.arguments[0], block.name.endswith("_EXPAND"), macros)
-    facts["blocks"].append({"how": block.name, "line": block.line, "end": _line(text, block.end - 1)})
-    for call in _member_calls(text, block, block.arguments[2 if impl_block else 1], "def|impl"):
-        literal = "".join(STRING.findall(call.arguments[0]))
-        qualifier, _, name = literal.split("(")[0].strip().rpartition("::")
-        if not name:
-            continue
-        entry = {"ns": qualifier or namespace, "name": name, "line": call.line}
-        if call.name == "def":
-            schema = (literal.split("::", 1)[1] if qualifier else literal) if "(" in literal else None
-            facts["registrations"].append({**entry, "schema": schema})
-            continue
-        key = NATIVE_KEY.fullmatch(call.arguments[1]) if len(call.arguments) > 1 else None
-        dispatch_key = (key.group(1) or key.group(2)) if key else (block.arguments[1] if impl_block else None)
-        facts["impls"].append({**entry, "dispatch_key": dispatch_key})
-
-
-def scan_native(source: bytes) -> dict[str, Any]:
-    """`TORCH_LIBRARY*` blocks of one C/C++ file, their `.def` schemas and `.impl` kernels, and the
-    functions of its `PYBIND11_MODULE` blocks. A def or impl finds its macro in `blocks` by line."""
-    if b"TORCH_LIBRARY" not in source and b"PYBIND11_MODULE" not in source:
-        return {}
-    text = _blank_comments(source.decode("utf-8", errors="replace"))
-    macros = dict(DEFINE.findall(text))
-    facts: dict[str, list[dict[str, Any]]] = {"registrations": [], "impls": [], "blocks": [], "pybind": []}
-    for match in BLOCK.finditer(text):
-        block = _call(text, match.group(1), match.start(), match.end() - 1)
-        if block.start == block.end or len(block.arguments) < (3 if "_IMPL" in block.name else 2):
-            continue  # no body: a `#define` of the macro
-        if block.name != "PYBIND11_MODULE":
-            _library(text, block, macros, facts)
-            continue
-        for call in _member_calls(text, block, block.arguments[-1], "def"):
-            name = "".join(STRING.findall(call.arguments[0]))
-            if name:
-                facts["pybind"].append({"module": block.arguments[0], "name": name, "line": call.line})
-    return facts
-
-
 @dataclass(frozen=True)
 class OpRegistration:
     op: str
@@ -394,19 +270,9 @@ class OpRegistration:
 
 
 @dataclass(frozen=True)
-class PybindFunction:
-    """`m.def("name", ...)` in `PYBIND11_MODULE(module, m)`: a function of an extension module, no torch op."""
-
-    module: str
-    """As written: the module's name, or the build's macro (`TORCH_EXTENSION_NAME`)."""
-    name: str
-    where: str
-
-
-@dataclass(frozen=True)
 class _NativeFile:
     path: str
-    facts: dict[str, Any]
+    facts: NativeFacts
 
 
 def python_facts(store: StateStore, code: Codebase) -> dict[str, PythonOpFacts]:
@@ -425,12 +291,7 @@ def _native_files(store: StateStore, code: Codebase) -> Iterator[_NativeFile]:
     for subject in code.subjects.values():
         paths = [p for p in subject.list() if p.endswith(NATIVE_SUFFIXES)]
         for path, value in sorted(cache.get_many(subject, paths, scan_native).items()):
-            yield _NativeFile(path, value)
-
-
-def _block_how(facts: dict[str, Any], line: int) -> RegistrationHow:
-    """The macro of the block holding `line`."""
-    return next((b["how"] for b in facts.get("blocks", []) if b["line"] <= line <= b["end"]), "TORCH_LIBRARY")
+            yield _NativeFile(path, NativeFacts.from_json(value))
 
 
 def native_registrations(
@@ -439,21 +300,16 @@ def native_registrations(
     """C/C++ registrations of both trees: the ops they define, and with `kinds` the kernels they add."""
     found = []
     for file in _native_files(store, code):
-        for kind in [k for k in NATIVE_LISTS if k in kinds]:
-            for item in file.facts.get(NATIVE_LISTS[kind], []):
-                how, where = _block_how(file.facts, item["line"]), f"{file.path}:{item['line']}"
-                op, schema, key = f"{item['ns']}.{item['name']}", item.get("schema"), item.get("dispatch_key")
-                found.append(OpRegistration(op, where, how, schema, None, kind, key))
+        facts = file.facts
+        for item in facts.registrations if "def" in kinds else []:
+            where = f"{file.path}:{item.line}"
+            found.append(OpRegistration(f"{item.ns}.{item.name}", where, facts.how_at(item.line), item.schema))
+        for kernel in facts.impls if "impl" in kinds else []:
+            where, how = f"{file.path}:{kernel.line}", facts.how_at(kernel.line)
+            found.append(
+                OpRegistration(f"{kernel.ns}.{kernel.name}", where, how, None, None, "impl", kernel.dispatch_key)
+            )
     return found
-
-
-def pybind_functions(store: StateStore, code: Codebase) -> list[PybindFunction]:
-    """The functions `PYBIND11_MODULE` blocks of both trees expose: calls through an extension module, no op."""
-    return [
-        PybindFunction(item["module"], item["name"], f"{file.path}:{item['line']}")
-        for file in _native_files(store, code)
-        for item in file.facts.get("pybind", [])
-    ]
 
 
 def _library_namespace(

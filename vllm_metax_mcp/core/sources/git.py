@@ -169,3 +169,37 @@ def tracked_below(policy: Policy, top: Path, target: Path) -> list[str]:
     relative = target.relative_to(repo.top).as_posix()
     listed = repo.run("ls-files", "-z", "--", f":(literal){relative}")
     return [name.decode("utf-8", "replace") for name in listed.split(b"\0") if name]
+
+
+@dataclass(frozen=True)
+class PathRemoval:
+    """The commit that last removed one of some paths: deleted, or moved (`renamed_to`)."""
+
+    commit: str
+    subject: str
+    path: str
+    renamed_to: str | None
+
+
+def last_removal(repo: Repository, revision: str, paths: list[str]) -> PathRemoval | None:
+    """The newest commit up to `revision` that deleted or moved one of `paths` (git's rename
+    detection names where a moved file went)."""
+    specs = [f":(literal){p}" for p in paths]
+    found = repo.run("log", "-n1", "--diff-filter=D", "--no-renames", "--format=%H%x1f%s", revision, "--", *specs)
+    if not found.strip():
+        return None
+    sha, _, subject = found.decode(errors="replace").strip().partition("\x1f")
+    tokens = repo.run("show", "-M", "--name-status", "-z", "--format=", sha).decode(errors="replace").split("\0")
+    gone = set(paths)
+    index = 0
+    while index < len(tokens) - 1:
+        status = tokens[index].strip()
+        if status[:1] in ("R", "C") and index + 2 < len(tokens):
+            if tokens[index + 1] in gone:
+                return PathRemoval(sha, subject, tokens[index + 1], tokens[index + 2])
+            index += 3
+        else:
+            if status[:1] == "D" and tokens[index + 1] in gone:
+                return PathRemoval(sha, subject, tokens[index + 1], None)
+            index += 2
+    return PathRemoval(sha, subject, paths[0], None)

@@ -21,7 +21,10 @@ Modules:
 - `signatures`: calls, overrides and JIT launches that no longer fit the target's signatures.
 - `inherited`: what plugin subclasses of upstream classes override, inherit and linearize (MRO)
   that changed between base and target.
-- `kernels`: ops on the path against the installed binaries (the op probe), and JIT kernel launches.
+- `kernels`: ops on the path against the installed binaries (the op probe), and JIT kernel launches
+  (through names chosen among kernels), checked against the kernels at target and base.
+- `build_ops`: the plugin build's extension behind each op's namespace, its switch, and the
+  precompiled package a switch takes instead.
 - `loading`: config rewrites to the model's architectures, and the model's weight loading.
 - `revisions`: the upstream commits (or releases) between base and target, read lazily, bisected for the
   first break and its first release.

@@ -32,10 +32,11 @@ from ..sources.environment import EnvironmentRecord, check_interpreter
 from ..sources.interpreters import Interpreters
 from ..sources.subjects import Subject
 from .base_init import skipped_base_init
+from .build_ops import attach_build, precompiled_text
 from .defects import Defect, ImportProblem, import_defects, import_problems, op_defects, override_defects
 from .entry import Model
 from .inherited import Inherited, base_codebase, inherited_behaviour
-from .kernels import KernelLaunch, OpRow, attach_build, kernel_launches, op_rows, precompiled_text, probe_ops
+from .kernels import KernelLaunch, OpRow, kernel_launches, op_rows, probe_ops
 from .loading import ConfigRewrite, WeightLoading, config_rewrites, weight_loading
 from .revisions import UpstreamHistory
 from .signatures import call_drift, kernel_drift, override_drift

@@ -22,11 +22,13 @@ from ..code.codebase import Codebase, Lookup, Outcome, resolve_name
 from ..code.module_index import ImportRecord, IndexedModule, ModuleIndex
 from ..code.overrides import Override, Patch, Target
 from ..foundation.evidence import (
+    CommitEvidence,
     Evidence,
     FileEvidence,
     NoteEvidence,
     ProbeEvidence,
 )
+from ..sources.git import last_removal
 from .kernels import OpRow
 from .moves import Move, Moves, attribute_uses, base_definition, bound_names, chain_failure, where_went
 from .revisions import History
@@ -252,18 +254,37 @@ def import_defects(
             if not upstream
             else ("upstream at base or target" if base else "upstream at the target (pass base to find where it broke)")
         )
+        removed = "" if upstream else _removal_text(code, problem, evidence)
         defects.append(
             Defect(
                 "unresolved_import",
                 where.path,
                 problem.line,
                 f"`{problem.written}` resolves nowhere in {scope} ({problem.outcome.value}); "
-                + _moves_text(code, moves),
+                + _moves_text(code, moves)
+                + removed,
                 evidence,
                 problem.symbol,
             )
         )
     return defects
+
+
+def _removal_text(code: Codebase, problem: ImportProblem, evidence: list[Evidence]) -> str:
+    """The plugin commit that deleted or moved the module a stale plugin import names (git subjects
+    only), added to the evidence as a commit."""
+    subject = code.subjects["plugin"]
+    repo = getattr(subject, "repo", None)
+    if repo is None:
+        return ""
+    modules = [problem.target] + ([f"{problem.target}.{problem.name}"] if problem.name else [])
+    paths = [p for m in modules for p in (f"{m.replace('.', '/')}.py", f"{m.replace('.', '/')}/__init__.py")]
+    removal = last_removal(repo, getattr(subject, "commit", "HEAD"), paths)
+    if removal is None:
+        return ""
+    evidence.append(CommitEvidence(sha=removal.commit))
+    went = f"moved it to {removal.renamed_to}" if removal.renamed_to else "deleted it"
+    return f"; plugin commit {removal.commit[:12]} ({removal.subject!r}) {went} ({removal.path})"
 
 
 def _moves(code: Codebase, base: ModuleIndex | None, problem: ImportProblem, lost: set[str], upstream: bool) -> Moves:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..code.build_files import BuildFacts, BuiltExtension, EnvSwitch, PrecompiledSource
+from ..code.build_files import BuiltExtension, PrecompiledSource
 from ..code.codebase import Codebase, Ref
 from ..code.dispatch import dotted
 from ..code.module_index import ModuleIndex
@@ -93,33 +93,6 @@ def op_rows(
         if declared:
             row.schema, row.schema_from = declared, "source"
     return sorted(rows.values(), key=lambda r: r.op)
-
-
-def attach_build(rows: list[OpRow], build: BuildFacts) -> None:
-    """Each op's extension modules (by the namespace `TORCH_EXTENSION_NAME` gives them) and the
-    precompiled packages the same switch takes instead."""
-    for row in rows:
-        namespace = row.op.partition(".")[0]
-        row.built_by = [e for e in build.extensions if e.namespace == namespace]
-        switches = {e.switch.name for e in row.built_by if e.switch is not None}
-        row.precompiled = [p for p in build.precompiled if p.switch.name in switches]
-
-
-def switch_text(switch: EnvSwitch) -> str:
-    """`built only when WITH_X is set (default "0", setup.py:49; decided at setup.py:344)`."""
-    when = "set (truthy)" if switch.builds_when else "unset or false"
-    default = f'default "{switch.default}"' if switch.default is not None else "no default"
-    return f"built only when {switch.name} is {when} ({default}, {switch.where}; decided at {switch.gate})"
-
-
-def extension_text(extension: BuiltExtension) -> str:
-    gate = f", {switch_text(extension.switch)}" if extension.switch else ", always built"
-    sources = f" from {', '.join(extension.sources)}" if extension.sources else ""
-    return f"{extension.module} ({extension.how} at {extension.where}{sources}{gate})"
-
-
-def precompiled_text(source: PrecompiledSource) -> str:
-    return f"{source.package} ({source.how} at {source.where}, when {source.switch.name} turns compiling off)"
 
 
 # -- the probe -------------------------------------------------------------------------------

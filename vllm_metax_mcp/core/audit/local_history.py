@@ -1,0 +1,304 @@
+"""The plugin's own history over a range of its commits: what each commit changed, which modules it
+moved or deleted while plugin code still imports the old location, and which op registrations it
+dropped while Python still calls the op.
+
+One `log -M --raw` run lists every commit of the range with its files (renames paired by git's
+similarity). What still refers to an old location is read at the range's end: the plugin's import
+records (cached by blob id) and the string literals naming dotted module paths (class paths,
+connector tables). A dropped binding compares the registrations of a native or Python file at the
+commit's parent and at the commit; the calls are the `torch.ops.<ns>.<name>` uses at the range's end.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ..code.module_index import ModuleIndex, RecordCache, module_name
+from ..code.op_scanners import NATIVE_SUFFIXES, PythonOpFacts, scan_native, scan_python
+from ..foundation.errors import bad_input
+from ..sources.git import Repository
+from ..sources.subjects import RevisionSubject, read_blobs
+from .commits import LOG_FORMAT, NULL_BLOB, is_production
+
+ChangeKind = Literal["A", "M", "D", "R", "T", "C"]
+ReferenceKind = Literal["import", "string"]
+PRODUCTION_SHOWN = 10
+TORCH_OPS = re.compile(r"\btorch\.ops\.(\w+)\.(\w+)")
+
+
+@dataclass(frozen=True)
+class FileChange:
+    path: str
+    kind: ChangeKind
+    old_blob: str | None
+    new_blob: str | None
+    previous: str | None = None
+    """The path before a rename or copy."""
+    similarity: int | None = None
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A place at the range's end that still names a module the range moved or deleted."""
+
+    where: str
+    kind: ReferenceKind
+    text: str
+
+
+@dataclass
+class Move:
+    """A module a commit renamed (`to` set) or deleted (`to` None), with what still refers to it."""
+
+    module: str
+    path: str
+    to: str | None
+    similarity: int | None
+    dangling: list[Reference] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DroppedBinding:
+    """An op whose registration a commit removed while Python at the range's end still calls it."""
+
+    op: str
+    registered_at: str
+    """file:line of the registration at the commit's parent."""
+    parent: str
+    called_at: list[str]
+
+
+@dataclass
+class LocalCommit:
+    """One plugin commit as audit_commits shows it (the tool's output rows are these)."""
+
+    sha: str
+    author: str
+    date: str
+    subject: str
+    mapped: list[str] = field(default_factory=list)
+    """Audited files (under the call's paths) it touched, at their new paths."""
+    production: list[str] = field(default_factory=list)
+    """The first PRODUCTION_SHOWN other production files; `production_total` counts them all."""
+    production_total: int = 0
+    native: list[str] = field(default_factory=list)
+    other: list[str] = field(default_factory=list)
+    moves: list[Move] = field(default_factory=list)
+    dropped: list[DroppedBinding] = field(default_factory=list)
+
+
+@dataclass
+class Logged:
+    """A commit as the log lists it: the row, and every file it touched."""
+
+    commit: LocalCommit
+    changes: list[FileChange] = field(default_factory=list)
+
+
+@dataclass
+class LocalHistory:
+    start: str
+    end: str
+    commits: list[LocalCommit]
+    """Oldest first."""
+    unknowns: list[str] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        moves = [m for c in self.commits for m in c.moves]
+        dropped = sum(len(c.dropped) for c in self.commits)
+        return {"commits": len(self.commits), "moves": len(moves), "dangling": sum(1 for m in moves if m.dangling)} | {
+            "dropped_bindings": dropped
+        }
+
+
+# -- the log ----------------------------------------------------------------------------------
+
+
+def split_range(text: str) -> tuple[str, str]:
+    start, dots, end = text.partition("..")
+    if not dots or not start or not end or end.startswith("."):
+        raise bad_input(f"local_range {text!r} is not START..END (two revisions of the plugin repository).")
+    return start, end
+
+
+def _blob(sha: str) -> str | None:
+    return None if sha == NULL_BLOB else sha
+
+
+def parse_renaming_log(raw: bytes) -> list[Logged]:
+    """Commits of a `log -z -M --raw --no-abbrev` run with LOG_FORMAT (renames carry two paths)."""
+    commits = []
+    for record in raw.split(b"\x1e")[1:]:
+        header, _, body = record.partition(b"\0")
+        sha, author, date, _stamp, subject = header.decode(errors="replace").split("\x1f", 4)
+        commit = Logged(LocalCommit(sha, author, date, subject.strip()))
+        tokens = [t.decode(errors="replace") for t in body.lstrip(b"\n").split(b"\0")]
+        index = 0
+        while index < len(tokens):
+            meta = tokens[index]
+            if not meta.startswith(":"):
+                index += 1
+                continue
+            _a, _b, old, new, status = meta[1:].split(" ")
+            kind = status[0]
+            if kind in ("R", "C"):
+                previous, path = tokens[index + 1], tokens[index + 2]
+                score = int(status[1:]) if status[1:].isdigit() else None
+                commit.changes.append(FileChange(path, kind, _blob(old), _blob(new), previous, score))  # type: ignore[arg-type]
+                index += 3
+            else:
+                commit.changes.append(FileChange(tokens[index + 1], kind, _blob(old), _blob(new)))  # type: ignore[arg-type]
+                index += 2
+        commits.append(commit)
+    return commits
+
+
+def _classify(logged: Logged, audited: list[str]) -> None:
+    commit = logged.commit
+    for change in logged.changes:
+        path = change.path
+        if any(path == p or path.startswith(p.rstrip("/") + "/") for p in audited):
+            commit.mapped.append(path)
+        elif path.endswith(NATIVE_SUFFIXES):
+            commit.native.append(path)
+        elif is_production(path):
+            commit.production.append(path)
+        else:
+            commit.other.append(path)
+    commit.production_total = len(commit.production)
+    del commit.production[PRODUCTION_SHOWN:]
+
+
+# -- what still refers to a moved module --------------------------------------------------------
+
+
+def _moves(logged: Logged) -> list[Move]:
+    moves = []
+    for change in logged.changes:
+        old = change.previous if change.kind == "R" else change.path if change.kind == "D" else None
+        if old is None or not old.endswith(".py") or not (name := module_name(old)):
+            continue
+        moves.append(Move(name, old, change.path if change.kind == "R" else None, change.similarity))
+    return moves
+
+
+def _import_references(index: ModuleIndex, gone: set[str]) -> dict[str, list[Reference]]:
+    """Per gone module: the plugin imports at the range's end that still name it."""
+    found: dict[str, list[Reference]] = {}
+    for indexed in index.modules.values():
+        for record in [*indexed.record.imports, *indexed.record.dynamic_imports]:
+            target = indexed.absolute(record.module)
+            named = [target, *(f"{target}.{n}" for n, _ in record.names)]
+            for module in (m for m in named if m in gone):
+                text = f"{'from ' + record.module + ' import ' if record.names else 'import '}{module}"
+                found.setdefault(module, []).append(Reference(f"{indexed.path}:{record.line}", "import", text))
+    return found
+
+
+def _string_references(sources: dict[str, bytes], gone: set[str]) -> dict[str, list[Reference]]:
+    """Per gone module: string literals that name it as a dotted path (`pkg.mod`, `pkg.mod:Cls`)."""
+    found: dict[str, list[Reference]] = {}
+    for path, source in sorted(sources.items()):
+        if not any(name.encode() in source for name in gone):
+            continue
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                module = re.split(r"[:\s]", node.value, maxsplit=1)[0]
+                if module in gone:
+                    found.setdefault(module, []).append(Reference(f"{path}:{node.lineno}", "string", node.value))
+    return found
+
+
+# -- dropped bindings ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Registration:
+    op: str
+    line: int
+
+
+def registrations(path: str, source: bytes) -> list[_Registration]:
+    """The ops a file defines: C++ `TORCH_LIBRARY*` defs, Python custom ops in a namespace it names."""
+    if path.endswith(NATIVE_SUFFIXES):
+        items = scan_native(source).get("registrations", [])
+        return [_Registration(f"{i['ns']}.{i['name']}", i["line"]) for i in items]
+    if path.endswith(".py"):
+        return [_Registration(s.op, s.line) for s in PythonOpFacts.from_json(scan_python(source)).local_ops()]
+    return []
+
+
+def _calls(sources: dict[str, bytes]) -> dict[str, list[str]]:
+    """`ns.name` -> file:line of every `torch.ops.ns.name` in the plugin's Python at the range's end."""
+    found: dict[str, list[str]] = {}
+    for path, source in sorted(sources.items()):
+        if b"torch.ops." not in source:
+            continue
+        for number, line in enumerate(source.decode(errors="replace").splitlines(), 1):
+            for match in TORCH_OPS.finditer(line):
+                found.setdefault(f"{match.group(1)}.{match.group(2)}", []).append(f"{path}:{number}")
+    return found
+
+
+def _dropped(repo: Repository, logged: Logged, calls: dict[str, list[str]]) -> list[DroppedBinding]:
+    """Ops the commit's registering files defined at its parent and no file it touched defines now."""
+    commit = logged.commit
+    touched = [c for c in logged.changes if c.path.endswith((*NATIVE_SUFFIXES, ".py"))]
+    shas = sorted({b for c in touched for b in (c.old_blob, c.new_blob) if b})
+    if not shas:
+        return []
+    blobs = read_blobs(repo, shas)
+    before: dict[str, str] = {}
+    after: set[str] = set()
+    for change in touched:
+        old_path = change.previous or change.path
+        if change.old_blob and change.old_blob in blobs:
+            for item in registrations(old_path, blobs[change.old_blob]):
+                before.setdefault(item.op, f"{old_path}:{item.line}")
+        if change.new_blob and change.new_blob in blobs:
+            after |= {item.op for item in registrations(change.path, blobs[change.new_blob])}
+    return [
+        DroppedBinding(op, where, f"{commit.sha}^", calls[op])
+        for op, where in sorted(before.items())
+        if op not in after and op in calls
+    ]
+
+
+# -- the whole range ----------------------------------------------------------------------------
+
+
+def local_history(repo: Repository, cache: RecordCache, range_text: str, audited: list[str]) -> LocalHistory:
+    """Every non-merge commit of START..END in the plugin repository, oldest first, with its moves
+    and dropped bindings checked against the plugin at END."""
+    start, end = split_range(range_text)
+    start_sha, end_sha = repo.resolve_commit(start), repo.resolve_commit(end)
+    raw = repo.run("log", "--no-merges", "-M", "--raw", "--no-abbrev", "-z", LOG_FORMAT, f"{start_sha}..{end_sha}")
+    logged = parse_renaming_log(raw)[::-1]
+    at_end = RevisionSubject(repo, end_sha)
+    python = {p: s for p, s in at_end.read_many([p for p in at_end.list() if p.endswith(".py")]).items()}
+    index = ModuleIndex()
+    index.add_tree("plugin", at_end, cache)
+    for item in logged:
+        _classify(item, audited)
+        item.commit.moves = _moves(item)
+    commits = [item.commit for item in logged]
+    gone = {m.module for c in commits for m in c.moves if index.get(m.module) is None}
+    references = _import_references(index, gone)
+    for module, found in _string_references(python, gone).items():
+        references.setdefault(module, []).extend(found)
+    calls = _calls(python)
+    for item in logged:
+        for move in item.commit.moves:
+            move.dangling = sorted(references.get(move.module, []), key=lambda r: r.where)
+        item.commit.dropped = _dropped(repo, item, calls)
+    history = LocalHistory(start_sha, end_sha, commits)
+    if not commits:
+        history.unknowns.append(f"No commits in {start}..{end}: is START an ancestor of END?")
+    return history
