@@ -448,6 +448,32 @@ def test_batch_record_answers_each_entry_and_survives_a_restart(workspace: dict[
     assert listed[shas["move"]].entries[0].evidence[1].sha == shas["before_move"]  # stored resolved
 
 
+def test_plugin_commits_get_their_own_entries(workspace: dict[str, Any]) -> None:
+    """A decision on a plugin commit (side=plugin) lies in local_range and names a file the commit
+    touched: the fixture's last plugin commit added vllm_metax/layers/maca_moe.py."""
+    plugin = workspace["plugin"]
+    head = git(plugin, "rev-parse", "HEAD").strip()
+    moe = "vllm_metax/layers/maca_moe.py"
+    plugin_line = {"kind": "file", "path": moe, "line": 1, "rev": "HEAD"}
+    mine = {**entry(workspace, "moe", moe), "commit": head[:12], "side": "plugin", "plugin_symbols": []}
+    mine["evidence"] = [plugin_line]
+    cases = [
+        mine,
+        {**mine, "file": f"{PKG}/model.py"},  # a file the commit did not touch
+        {**mine, "commit": git(plugin, "rev-parse", "HEAD~1").strip()},  # outside HEAD~1..HEAD
+    ]
+    result = run(workspace, action="record", releases=RELEASES, local_range="HEAD~1..HEAD", entries=cases)
+    assert [(r.accepted, r.code) for r in result.results] == [(True, None), (False, "bad_input"), (False, "bad_input")]
+    assert "did not touch" in (result.results[1].error or "")
+    assert "not in the plugin range HEAD~1..HEAD" in (result.results[2].error or "")
+    stored = json.loads((workspace["root"] / "state" / "ledgers" / f"{result.ledger_id}.json").read_text())
+    assert stored["local_entries"][f"{head} {moe}"]["side"] == "plugin"
+    assert all(e.get("side", "upstream") == "upstream" for e in stored["entries"].values())
+    # without the range a plugin-side entry cannot be checked
+    refused = run(workspace, action="record", releases=RELEASES, entries=[mine])
+    assert refused.results[0].code == "bad_input" and "needs local_range" in (refused.results[0].error or "")
+
+
 def test_recording_needs_a_confirmed_target(workspace: dict[str, Any]) -> None:
     other = workspace["root"] / "state-unconfirmed"
     call(

@@ -4,7 +4,7 @@ models, the argument checks, the subjects a call opens and the mapping to the ou
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -15,7 +15,7 @@ from ..core.audit.decisions import EntryOutcome, ProposedAnnotation, ProposedDec
 from ..core.audit.dependents import DependencyKind
 from ..core.audit.export import Export, export
 from ..core.audit.lagging import DeclaredBase
-from ..core.audit.ledger import Disposition
+from ..core.audit.ledger import Disposition, Side
 from ..core.audit.listing import CommitPage, ListedCommit, list_page
 from ..core.audit.local_history import LocalCommit, local_history
 from ..core.audit.recheck import Baseline, Recheck, run_recheck, take_baseline
@@ -44,6 +44,9 @@ LEDGER_URI = "vllm-metax://ledgers/{}"
 class RecordEntry(BaseModel):
     commit: str = Field(description="Upstream commit (full or abbreviated sha) inside the file's range.")
     file: str = Field(description="Audited plugin file, repository-relative (vllm_metax/models/...).")
+    side: Side = Field(
+        default="upstream", description="plugin: commit is a plugin commit of local_range and file one it touched."
+    )
     disposition: Disposition
     local_edit: bool = Field(
         description="Whether the plugin file needs (or got) an edit for this commit; "
@@ -91,7 +94,9 @@ class AuditCommitsInput(UpstreamArgs):
     )
     base: str | None = Field(default=None, description="One base revision for every file (overrides releases).")
     local_range: str | None = Field(
-        default=None, description="local: START..END revisions of the plugin repository (e.g. its last upgrade)."
+        default=None,
+        description="local, and record with side=plugin: START..END revisions of the plugin repository "
+        "(e.g. its last upgrade).",
     )
     include_dependencies: bool = Field(
         default=False, description="Also follow the upstream modules each counterpart imports."
@@ -279,23 +284,14 @@ def _check_arguments(args: AuditCommitsInput) -> None:
         raise bad_input("entries are only taken by action=record or action=annotate.")
     if args.action in ("record", "annotate") and not args.entries:
         raise bad_input(f"action={args.action} needs entries.")
-    for name, action in (("commit", "list"), ("local_range", "local")):
-        if getattr(args, name) and args.action != action:
-            raise bad_input(f"{name} is only used with action={action}.")
+    for name, actions in (("commit", ("list",)), ("local_range", ("local", "record"))):
+        if getattr(args, name) and args.action not in actions:
+            raise bad_input(f"{name} is only used with action={' or '.join(actions)}.")
 
 
 def _proposal(entry: RecordEntry | AnnotateEntry) -> ProposedDecision | ProposedAnnotation:
-    if isinstance(entry, RecordEntry):
-        return ProposedDecision(
-            entry.commit,
-            entry.file,
-            entry.disposition,
-            entry.local_edit,
-            entry.affected_interface,
-            entry.plugin_symbols,
-            entry.evidence,
-        )
-    return ProposedAnnotation(entry.node, entry.disposition, entry.evidence)
+    kind = ProposedDecision if isinstance(entry, RecordEntry) else ProposedAnnotation
+    return kind(**{f.name: getattr(entry, f.name) for f in fields(kind)})
 
 
 # -- core results as output ---------------------------------------------------------------------
@@ -476,7 +472,7 @@ def audit_commits(args: AuditCommitsInput, env: ToolEnv) -> AuditCommitsOutput:
     if args.action == "list":
         return _listed(args, session, list_page(session, scope, paging, args.commit, args.patch))
     if args.action == "record" or args.action == "annotate":
-        outcomes = decide(session, scope, args.action, [_proposal(entry) for entry in args.entries])
+        outcomes = decide(session, scope, args.action, [_proposal(e) for e in args.entries], args.local_range)
         return _decided(args, session, outcomes)
     if args.action == "status":
         return _status(args, session, paging, status(session, scope))

@@ -12,7 +12,8 @@ from ..foundation.errors import ToolFailure, bad_input
 from ..foundation.evidence import Evidence
 from ..sources.subjects import RevisionSubject, Subject, clean_path
 from .checks import EvidenceChecker
-from .ledger import Annotation, Decision, Disposition
+from .ledger import Annotation, Decision, Disposition, Side
+from .local_history import LocalRange, local_range
 from .ranges import FileBase, Range, file_ranges
 from .scope import ScopeRequest, resolve_bases
 from .session import AuditSession
@@ -32,6 +33,7 @@ class ProposedDecision:
     affected_interface: str
     plugin_symbols: list[str]
     evidence: list[Evidence]
+    side: Side = "upstream"
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,33 @@ def _checker(session: AuditSession, bases: dict[str, FileBase]) -> EvidenceCheck
     trees: list[Subject] = [session.plugin, session.upstream]
     trees += [RevisionSubject(upstream, commit) for commit in sorted({b.commit for b in bases.values()})]
     return EvidenceChecker(session.store, trees, [upstream, session.repo], upstream)
+
+
+def _plugin_decision(
+    proposed: ProposedDecision, session: AuditSession, local: LocalRange | None, checker: EvidenceChecker
+) -> Decision:
+    """A decision on a plugin commit: it lies in the call's local_range and touched the file."""
+    if local is None:
+        raise bad_input("A plugin-side entry (side=plugin) needs local_range=START..END, the range its commit is in.")
+    commit = session.repo.resolve_commit(proposed.commit)
+    if commit not in local.commits:
+        raise bad_input(f"commit {commit[:12]} is not in the plugin range {local.label}.")
+    path = clean_path(proposed.file)
+    if path not in local.touched[commit]:
+        raise bad_input(f"plugin commit {commit[:12]} did not touch {path}.")
+    symbols = [plugin_symbol(s, path, session.plugin, session.cache) for s in proposed.plugin_symbols]
+    evidence = checker.check(proposed.evidence, Range(local.label, local.commits), judged=commit)
+    return Decision(
+        commit,
+        path,
+        proposed.disposition,
+        proposed.local_edit,
+        proposed.affected_interface,
+        tuple(symbols),
+        tuple(evidence),
+        time.time(),
+        "plugin",
+    )
 
 
 def _decision(
@@ -98,8 +127,10 @@ def decide(
     request: ScopeRequest,
     action: DecisionAction,
     proposals: Sequence[ProposedDecision | ProposedAnnotation],
+    local_range_text: str | None = None,
 ) -> list[EntryOutcome]:
-    """Check each proposal against its file's range (record) or every file's (annotate)."""
+    """Check each proposal against its file's range (record), the plugin range (record, side
+    plugin) or every file's range (annotate)."""
     bases = resolve_bases(session, request, None)
     ranges = file_ranges(session.upstream.repo, bases, session.target, session.target_name)
     union = (
@@ -108,13 +139,19 @@ def decide(
         else None
     )
     checker = _checker(session, bases)
+    local = local_range(session.repo, local_range_text) if local_range_text else None
+    plugin_checker = EvidenceChecker(session.store, [session.plugin], [session.repo], session.repo)
     wanted = ProposedDecision if action == "record" else ProposedAnnotation
     outcomes: list[EntryOutcome] = []
-    accepted: dict[str, dict[str, Any]] = {}
+    accepted: dict[str, dict[str, dict[str, Any]]] = {}
     for index, proposed in enumerate(proposals):
         try:
             if isinstance(proposed, ProposedDecision) and wanted is ProposedDecision:
-                item: Decision | Annotation = _decision(proposed, session, ranges, checker)
+                item: Decision | Annotation = (
+                    _plugin_decision(proposed, session, local, plugin_checker)
+                    if proposed.side == "plugin"
+                    else _decision(proposed, session, ranges, checker)
+                )
             elif isinstance(proposed, ProposedAnnotation) and wanted is ProposedAnnotation:
                 item = _annotation(proposed, session, union, checker)
             else:
@@ -123,9 +160,14 @@ def decide(
         except ToolFailure as failure:
             outcomes.append(EntryOutcome(index=index, accepted=False, error=failure.message, code=failure.code.value))
             continue
-        accepted[item.key] = item.stored()
+        section = item.section if isinstance(item, Decision) else "annotations"
+        accepted.setdefault(section, {})[item.key] = item.stored()
         outcomes.append(EntryOutcome(index=index, accepted=True))
     if accepted:
-        section = "entries" if action == "record" else "annotations"
-        session.change(lambda ledger: ledger[section].update(accepted))
+        session.change(lambda ledger: _store(ledger, accepted))
     return outcomes
+
+
+def _store(ledger: dict[str, Any], accepted: dict[str, dict[str, dict[str, Any]]]) -> None:
+    for section, items in accepted.items():
+        ledger.setdefault(section, {}).update(items)

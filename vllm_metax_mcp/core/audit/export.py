@@ -27,6 +27,7 @@ def export_document(session: AuditSession, check: Recheck) -> dict[str, Any]:
         "complete": check.complete,
         "files": [asdict(f) for f in file_counts(check.scope, listing, recorded)],
         "entries": sorted(ledger["entries"].values(), key=lambda e: (e["file"], e["commit"])),
+        "local_entries": sorted(ledger.get("local_entries", {}).values(), key=lambda e: (e["file"], e["commit"])),
         "subjects": {sha: c.subject for sha, c in listing.commits.items()},
         "missing": [
             {"commit": c.sha, "subject": c.subject, "files": missing}

@@ -22,8 +22,11 @@ from ..foundation.state import StateStore
 
 LEDGER_VERSION = 1
 Disposition = Literal["inherited", "merge", "coordinated_dependency", "platform_specific", "unsupported_architecture"]
+Side = Literal["upstream", "plugin"]
+"""Whose commit a decision judges: an upstream commit in a file's range, or a plugin commit of a local range."""
 Ledger = dict[str, Any]
-"""A ledger as stored: version, id, plugin_repository, upstream, bases, entries, baseline, annotations."""
+"""A ledger as stored: version, id, plugin_repository, upstream, bases, entries, local_entries (plugin
+commits), baseline, annotations."""
 
 
 def ledger_id(repository_key: str, target_commit: str) -> str:
@@ -42,6 +45,7 @@ def new_ledger(identifier: str, repository_key: str, upstream: dict[str, Any]) -
         "upstream": upstream,
         "bases": {},
         "entries": {},
+        "local_entries": {},
         "baseline": None,
         "annotations": {},
     }
@@ -85,7 +89,8 @@ def write_text(store: StateStore, relative: str, text: str) -> None:
 
 @dataclass(frozen=True)
 class Decision:
-    """A checked decision for one (upstream commit, plugin file), stored under `entries`."""
+    """A checked decision for one (commit, plugin file): an upstream commit's under `entries`, a
+    plugin commit's (`side` plugin) under `local_entries`."""
 
     commit: str
     file: str
@@ -96,13 +101,19 @@ class Decision:
     evidence: tuple[Evidence, ...]
     """Checked, with revisions resolved to full ids."""
     recorded_at: float
+    side: Side = "upstream"
 
     @property
     def key(self) -> str:
         return entry_key(self.commit, self.file)
 
+    @property
+    def section(self) -> str:
+        return "entries" if self.side == "upstream" else "local_entries"
+
     def stored(self) -> dict[str, Any]:
         return {
+            **({"side": self.side} if self.side == "plugin" else {}),
             "commit": self.commit,
             "file": self.file,
             "disposition": self.disposition,

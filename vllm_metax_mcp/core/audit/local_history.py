@@ -117,6 +117,26 @@ class LocalHistory:
 # -- the log ----------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class LocalRange:
+    """The plugin commits of START..END, and the files each touched: what a plugin-side decision
+    (its commit, its file) and a `commit` evidence item of it must lie in."""
+
+    label: str
+    commits: frozenset[str]
+    touched: dict[str, frozenset[str]]
+
+
+def local_range(repo: Repository, text: str) -> LocalRange:
+    start, end = split_range(text)
+    raw = repo.run("log", "--no-merges", "--name-only", "-z", "--format=%x1e%H", f"{start}..{end}")
+    touched = {}
+    for record in raw.split(b"\x1e")[1:]:
+        sha, _, names = record.decode(errors="replace").partition("\n")
+        touched[sha.strip("\0\n")] = frozenset(n.strip("\n") for n in names.split("\0") if n.strip("\n"))
+    return LocalRange(text, frozenset(touched), touched)
+
+
 def split_range(text: str) -> tuple[str, str]:
     start, dots, end = text.partition("..")
     if not dots or not start or not end or end.startswith("."):

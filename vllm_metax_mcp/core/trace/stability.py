@@ -303,8 +303,9 @@ def _stable_boundary(code: Codebase, base: Subject | None, row: Row, use: _Use, 
 
 
 def changes_view(walk: Walk, edges: Iterable[Edge], followed: dict[str, set[str] | None] | None) -> list[Row]:
-    """Plugin rows, and the upstream or missing modules whose used definitions changed or cannot be
-    verified, reached from the plugin through plugin modules and changed upstream ones (through
+    """Plugin modules (and the plugin names the walk starts from), and the upstream or missing
+    modules whose used definitions changed or cannot be verified, reached from the plugin through
+    plugin modules and changed upstream ones (through
     what a changed module's used definitions import: `followed`, None for all of it); of their
     `module:Name` rows, those the plugin imports (deeper ones are named in their module's
     evidence). With no base (`followed` None) only what the plugin imports directly: nothing
@@ -330,7 +331,16 @@ def changes_view(walk: Walk, edges: Iterable[Edge], followed: dict[str, set[str]
             continue
         only = followed.get(name) if followed is not None else None
         queue.extend(child for child in children.get(name, ()) if only is None or child in only)
-    return [row for row in walk.rows if row.side == "plugin" or row.name in kept]
+    modules = {row.name for row in walk.rows if ":" not in row.name}
+    return [row for row in walk.rows if (row.side != "plugin" and row.name in kept) or _owned_shown(row, modules)]
+
+
+def _owned_shown(row: Row, modules: set[str]) -> bool:
+    """A plugin module, or a plugin `module:Name` the walk starts from or whose module it has no row
+    for: the names the plugin imports from its own modules fold into those modules' rows."""
+    if row.side != "plugin":
+        return False
+    return ":" not in row.name or row.depth == 0 or row.name.partition(":")[0] not in modules
 
 
 def grouped(names: list[str]) -> list[str]:
