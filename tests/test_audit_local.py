@@ -25,6 +25,8 @@ from test_real_plugins import PLUGINS, needs_snapshots, snapshot_repo
 from workbench import git
 
 from vllm_metax_mcp.core.foundation.errors import ToolFailure
+from vllm_metax_mcp.core.foundation.policy import Policy
+from vllm_metax_mcp.core.sources.git import last_removal, open_repository
 from vllm_metax_mcp.tools import audit_commits as tool
 from vllm_metax_mcp.tools.dispatch import invoke
 from vllm_metax_mcp.tools.spec import Runtime, ToolEnv
@@ -141,7 +143,10 @@ def test_moves_that_leave_imports_and_strings_behind(history: dict[str, Any]) ->
         if re.match(r"\s*from vllm_ascend\.ops\.triton\.triton_utils import", line)
     )
     assert len(expected) > 20
-    assert [r.where for r in utils.dangling if r.kind == "import"] == expected
+    assert [r.where for r in utils.dangling if r.kind != "string"] == expected
+    # models/minimax_m3/ops/msa_m3_triton.py:24-25 imports it under `try:` with an ImportError fallback
+    kinds = {r.where: r.kind for r in utils.dangling}
+    assert kinds["vllm_ascend/models/minimax_m3/ops/msa_m3_triton.py:25"] == "guarded_import"
     # models/__init__.py:14 registers "vllm_ascend.models.deepseek_v4_mtp:DeepSeekV4MTP"
     (mtp,) = moved_mtp.moves
     assert mtp.module == "vllm_ascend.models.deepseek_v4_mtp"
@@ -177,3 +182,106 @@ def test_local_range_must_be_two_revisions(tmp_path: Path) -> None:
         assert refused.value.code.value == "bad_input"
     with pytest.raises(ToolFailure, match="only used with action=local"):
         local(ws, "HEAD~1..HEAD", action="status")
+
+
+SYNTHETIC_START = {
+    "pkg/__init__.py": "",
+    "pkg/worker.py": "class W:\n    pass\n",
+    "pkg/fence.py": "def fence():\n    pass\n",
+    "pkg/d.py": "X = 1\n",
+    "csrc/ops.cpp": 'TORCH_LIBRARY(myns, m) {\n  m.def("foo(Tensor x) -> Tensor");\n'
+    '  m.def("bar(Tensor x) -> Tensor");\n}\n',
+    "pkg/main.py": """\
+import torch
+
+WORKER = "pkg.worker.W"
+MESSAGE = "pkg.fence is gone, use pkg.new_fence"
+
+try:
+    from pkg.fence import fence
+except ImportError:
+    fence = None
+from pkg import d
+
+
+def run(x):
+    return torch.ops.myns.foo(x) + torch.ops.myns.bar(x)
+""",
+}
+
+
+def test_what_counts_as_still_naming_a_moved_module_or_a_dropped_op(tmp_path: Path) -> None:
+    """Synthetic: worker.py and fence.py deleted, d.py replaced by a name pkg/__init__.py defines,
+    `foo` moved to another C++ file a later commit adds, `bar` dropped for good."""
+    root = tmp_path / "root"
+    repo = root / "plugin"
+    for relative, text in SYNTHETIC_START.items():
+        (repo / relative).parent.mkdir(parents=True, exist_ok=True)
+        (repo / relative).write_text(text)
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "start")
+    git(repo, "rm", "-q", "pkg/worker.py", "pkg/fence.py", "pkg/d.py")
+    (repo / "pkg/__init__.py").write_text("d = 1\n")
+    (repo / "csrc/ops.cpp").write_text("// nothing left here\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "drop modules and both ops")
+    (repo / "csrc/more_ops.cpp").write_text(
+        'TORCH_LIBRARY_FRAGMENT(myns, m) {\n  m.def("foo(Tensor x) -> Tensor");\n}\n'
+    )
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "foo registered again elsewhere")
+    ws = {"root": root, "repo": repo, "state": tmp_path / "state"}
+    dropping, _again = local(ws, "HEAD~2..HEAD").local_commits
+    moves = {m.module: m for m in dropping.moves}
+    # main.py:3 names pkg.worker.W (module path plus class); the message at :4 only mentions pkg.fence
+    assert [(r.where, r.kind) for r in moves["pkg.worker"].dangling] == [("pkg/main.py:3", "string")]
+    # main.py:7 imports pkg.fence under a try that catches ImportError: it now fails quietly
+    assert [(r.where, r.kind, r.text) for r in moves["pkg.fence"].dangling] == [
+        ("pkg/main.py:7", "guarded_import", "from pkg.fence import fence")
+    ]
+    # `from pkg import d` (main.py:10) now takes the name pkg/__init__.py defines
+    assert moves["pkg.d"].dangling == []
+    # foo is registered again at the end (more_ops.cpp:2); bar is not, and main.py:14 calls it
+    (bar,) = dropping.dropped
+    assert (bar.op, bar.registered_at, bar.called_at) == ("myns.bar", "csrc/ops.cpp:3", ["pkg/main.py:14"])
+
+
+def test_an_option_like_local_range_is_refused(tmp_path: Path) -> None:
+    repo = tmp_path / "root" / "plugin"
+    repo.mkdir(parents=True)
+    git(repo, "init", "-q")
+    (repo / "a.py").write_text("x = 1\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "one")
+    ws = {"root": tmp_path / "root", "repo": repo, "state": tmp_path / "state"}
+    canary = tmp_path / "written"
+    for wrong in ("-n1..HEAD", f"--output={canary}..HEAD", "HEAD..--all"):
+        with pytest.raises(ToolFailure) as refused:
+            local(ws, wrong)
+        assert refused.value.code.value == "invalid_revision"
+    assert not canary.exists()
+
+
+def test_the_commit_that_removed_a_path_absent_at_the_revision(tmp_path: Path) -> None:
+    repo = tmp_path / "plugin"
+    (repo / "pkg").mkdir(parents=True)
+    git(repo, "init", "-q")
+    (repo / "pkg/c.py").write_text("X = 1\n")
+    (repo / "pkg/e.py").write_text("def e():\n    return 'e'\n")  # unlike c.py, so git pairs the move right
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "add")
+    git(repo, "mv", "pkg/e.py", "pkg/f.py")
+    git(repo, "rm", "-q", "pkg/c.py")
+    git(repo, "commit", "-qm", "move e, delete c")
+    removed = git(repo, "rev-parse", "HEAD").strip()
+    (repo / "pkg/c.py").write_text("X = 2\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "c again")
+    opened = open_repository(repo, Policy(roots=[tmp_path], output_roots=[]))
+    moved = last_removal(opened, "HEAD", ["pkg/e.py", "pkg/e/__init__.py"])
+    assert moved is not None and (moved.commit, moved.renamed_to) == (removed, "pkg/f.py")
+    # pkg/c.py exists again at HEAD: no commit removed what is there
+    assert last_removal(opened, "HEAD", ["pkg/c.py"]) is None
+    deleted = last_removal(opened, "HEAD~1", ["pkg/c.py"])
+    assert deleted is not None and (deleted.commit, deleted.renamed_to) == (removed, None)

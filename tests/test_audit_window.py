@@ -58,6 +58,7 @@ def test_files_behind_the_declared_release_and_the_commits_they_miss(window: dic
     status, release = window["status"], window["release"]
     (declared,) = status.declared
     assert (declared.version, declared.where, declared.text) == ("0.27.1", "Dockerfile:44", "ARG VLLM_TAG=v0.27.1")
+    assert status.declared_release == "v0.27.1"
     behind = {f.local: f for f in status.files if f.behind_total}
     assert set(behind) == set(CHANGED)
     for local, file in behind.items():
@@ -71,14 +72,22 @@ def test_files_behind_the_declared_release_and_the_commits_they_miss(window: dic
 
 def test_declarations_read_from_docker_requirements_and_packaging(tmp_path: Path) -> None:
     files = {
-        "Dockerfile": "FROM ubuntu\n# ARG VLLM_TAG=v0.1.0 (a comment)\nARG VLLM_VERSION=0.9.2\n",
-        "requirements/common.txt": "vllm==0.1.0\n",  # not a top-level requirements file
-        "requirements-build.txt": "torch==2.13.0\nvllm == 0.9.2\n",
-        "pyproject.toml": '[project]\ndependencies = ["vllm==0.9.2", "vllm-flash-attn"]\n',
-        "setup.py": 'install_requires = ["vllm>=0.8"]\n',  # a lower bound is not a declared release
+        # the plugin's own version argument is not vLLM's release; a commented line is not a declaration
+        "Dockerfile": "FROM ubuntu\nARG VLLM_PLUGIN_VERSION=0.8.5\n# ARG VLLM_TAG=v0.1.0\nARG VLLM_VERSION=0.9.2\n",
+        "requirements/common.txt": "vllm[audio]==0.9.2  # extras and a comment\n",
+        "requirements-build.txt": "torch==2.13.0  # keep in sync with vllm==0.1.0\nvllm == 0.9.2\n",
+        "pyproject.toml": '[project]\ndependencies = ["vllm==0.9.2", "vllm-flash-attn==2.6.1"]\n',
+        # a lower bound is no declared release, and neither is prose that mentions a pin
+        "setup.py": 'install_requires = ["vllm>=0.8"]\ndescription = "needs vllm == 0.6.0 or newer"\n',
+        "docs/requirements.txt": "vllm==0.1.0\n",  # documentation, not the plugin's build
     }
     for relative, text in files.items():
         (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / relative).write_text(text)
     found = [(d.version, d.where) for d in declared_bases(DirectorySubject(tmp_path))]
-    assert found == [("0.9.2", "Dockerfile:3"), ("0.9.2", "pyproject.toml:2"), ("0.9.2", "requirements-build.txt:2")]
+    assert found == [
+        ("0.9.2", "Dockerfile:4"),
+        ("0.9.2", "pyproject.toml:2"),
+        ("0.9.2", "requirements-build.txt:2"),
+        ("0.9.2", "requirements/common.txt:1"),
+    ]

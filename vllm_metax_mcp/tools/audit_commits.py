@@ -252,6 +252,7 @@ class AuditCommitsOutput(ToolOutput):
     declared: list[DeclaredBase] = Field(
         default_factory=list, description="status: where the plugin declares the upstream release it targets."
     )
+    declared_release: str | None = Field(default=None, description="status: the release behind_declared counts to.")
     unknowns: list[str] = Field(default_factory=list)
     next_step: str = ""
 
@@ -368,6 +369,7 @@ def _status(args: AuditCommitsInput, session: AuditSession, paging: Paging, foun
         summary=Summary(**asdict(found.counts)),
         unknowns=found.unknowns,
         declared=found.window.declared,
+        declared_release=found.window.release,
     )
     output.next_step = (
         "Record entries for the commits without one (action=list shows them), then recheck (action=recheck)."

@@ -138,20 +138,58 @@ def _blob(sha: str) -> str | None:
     return None if sha == NULL_BLOB else sha
 
 
-def parse_log(raw: bytes) -> list[Commit]:
-    """Commits of a `log -z --raw --no-abbrev` run with LOG_FORMAT, newest first as git printed them."""
-    commits = []
+@dataclass(frozen=True)
+class RawChange:
+    """One `--raw` line of a log: the status letters (with a rename's score), both blobs, the path,
+    and for a rename or copy the path before."""
+
+    status: str
+    old_blob: str | None
+    new_blob: str | None
+    path: str
+    previous: str | None = None
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    sha: str
+    author: str
+    date: str
+    timestamp: int
+    subject: str
+    changes: list[RawChange]
+
+
+def log_records(raw: bytes) -> list[LogRecord]:
+    """The commits of a `log -z --raw --no-abbrev` run with LOG_FORMAT, as git printed them (a
+    rename or copy, listed with -M or -C, carries two paths)."""
+    records = []
     for record in raw.split(b"\x1e")[1:]:
         header, _, body = record.partition(b"\0")
         sha, author, date, stamp, subject = header.decode(errors="replace").split("\x1f", 4)
-        commit = Commit(sha, author, date, int(stamp), subject.strip())
-        tokens = body.lstrip(b"\n").split(b"\0")
-        for meta, path in zip(tokens[0::2], tokens[1::2], strict=False):
-            if not meta.startswith(b":"):
+        tokens = [t.decode(errors="replace") for t in body.lstrip(b"\n").split(b"\0")]
+        changes, index = [], 0
+        while index + 1 < len(tokens):
+            if not tokens[index].startswith(":"):
+                index += 1
                 continue
-            _mode_a, _mode_b, old, new, status = meta[1:].decode().split(" ")
-            name = path.decode(errors="replace")
-            commit.changes[name] = Change(name, cast(ChangeStatus, status[0]), _blob(old), _blob(new))
+            _mode_a, _mode_b, old, new, status = tokens[index][1:].split(" ")
+            two = status[:1] in ("R", "C") and index + 2 < len(tokens)
+            previous, path = (tokens[index + 1], tokens[index + 2]) if two else (None, tokens[index + 1])
+            changes.append(RawChange(status, _blob(old), _blob(new), path, previous))
+            index += 3 if two else 2
+        records.append(LogRecord(sha, author, date, int(stamp), subject.strip(), changes))
+    return records
+
+
+def parse_log(raw: bytes) -> list[Commit]:
+    """Commits of a `log -z --raw --no-abbrev --no-renames` run, newest first as git printed them."""
+    commits = []
+    for record in log_records(raw):
+        commit = Commit(record.sha, record.author, record.date, record.timestamp, record.subject)
+        for change in record.changes:
+            status = cast(ChangeStatus, change.status[0])
+            commit.changes[change.path] = Change(change.path, status, change.old_blob, change.new_blob)
         commits.append(commit)
     return commits
 

@@ -74,19 +74,7 @@ def _plugin_decision(
     path = clean_path(proposed.file)
     if path not in local.touched[commit]:
         raise bad_input(f"plugin commit {commit[:12]} did not touch {path}.")
-    symbols = [plugin_symbol(s, path, session.plugin, session.cache) for s in proposed.plugin_symbols]
-    evidence = checker.check(proposed.evidence, Range(local.label, local.commits), judged=commit)
-    return Decision(
-        commit,
-        path,
-        proposed.disposition,
-        proposed.local_edit,
-        proposed.affected_interface,
-        tuple(symbols),
-        tuple(evidence),
-        time.time(),
-        "plugin",
-    )
+    return _checked(proposed, session, commit, path, Range(local.label, local.commits), checker)
 
 
 def _decision(
@@ -100,17 +88,30 @@ def _decision(
     commit = session.upstream.repo.resolve_commit(proposed.commit)
     if commit not in ranges[local].commits:
         raise bad_input(f"commit {commit[:12]} is outside {local}'s range {ranges[local].label}.")
-    symbols = [plugin_symbol(s, local, session.plugin, session.cache) for s in proposed.plugin_symbols]
-    evidence = checker.check(proposed.evidence, ranges[local], judged=commit)
+    return _checked(proposed, session, commit, local, ranges[local], checker)
+
+
+def _checked(
+    proposed: ProposedDecision,
+    session: AuditSession,
+    commit: str,
+    path: str,
+    scope: Range,
+    checker: EvidenceChecker,
+) -> Decision:
+    """The decision once its plugin symbols resolve and its evidence checks out against `scope`."""
+    symbols = [plugin_symbol(s, path, session.plugin, session.cache) for s in proposed.plugin_symbols]
+    evidence = checker.check(proposed.evidence, scope, judged=commit)
     return Decision(
         commit,
-        local,
+        path,
         proposed.disposition,
         proposed.local_edit,
         proposed.affected_interface,
         tuple(symbols),
         tuple(evidence),
         time.time(),
+        proposed.side,
     )
 
 

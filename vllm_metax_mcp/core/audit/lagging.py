@@ -21,8 +21,11 @@ from .commits import Listing, range_commits
 from .scope import Scope
 from .session import AuditSession
 
-DOCKER_ARG = re.compile(r"^\s*(?:ARG|ENV)\s+(\w*VLLM\w*(?:TAG|VERSION|REF))\s*[= ]\s*[\"']?v?(\d[\w.+-]*)", re.I)
-PIN = re.compile(r"""(?:^|["'\s,\[])vllm\s*(?:==|~=|===)\s*v?(\d[\w.+-]*)""", re.I)
+DOCKER_ARG = re.compile(r"^\s*(?:ARG|ENV)\s+VLLM_(?:TAG|VERSION|REF|BRANCH)\s*[= ]\s*[\"']?v?(\d[\w.+-]*)")
+"""vLLM's own release variable (a plugin's `VLLM_<PLUGIN>_VERSION` is its own version, not this)."""
+REQUIREMENT = re.compile(r"vllm(?:\[[\w,\s-]*\])?\s*(?:==|~=|===)\s*v?(\d[\w.+-]*)\s*(?:;.*)?", re.I)
+"""A whole requirement string pinning vllm (extras and a marker allowed): `vllm[audio]==0.9.1`."""
+QUOTED = re.compile(r"""["']([^"'\n]*)["']""")
 PIN_FILES = ("setup.py", "pyproject.toml", "setup.cfg")
 COMMITS_SHOWN = 20
 
@@ -36,33 +39,52 @@ class DeclaredBase:
 
 
 def _declaration_files(plugin: Subject) -> list[str]:
-    """Top-level build files: Dockerfiles, requirements files, packaging metadata."""
+    """Dockerfiles anywhere, requirements files at the top or in a `requirements/` folder, and the
+    packaging metadata at the top."""
     found = []
     for path in plugin.list():
-        name = PurePosixPath(path).name
-        if "/" in path.rstrip("/") and not name.lower().startswith("dockerfile"):
-            continue
+        pure = PurePosixPath(path)
+        top = len(pure.parts) == 1 or (len(pure.parts) == 2 and pure.parts[0] == "requirements")
+        requirements = top and pure.suffix == ".txt" and (pure.name.startswith("requirements") or len(pure.parts) == 2)
         if (
-            name.lower().startswith("dockerfile")
-            or (name.startswith("requirements") and name.endswith(".txt"))
-            or name in PIN_FILES
+            pure.name.lower().startswith("dockerfile")
+            or requirements
+            or (len(pure.parts) == 1 and pure.name in PIN_FILES)
         ):
             found.append(path)
     return sorted(found)
+
+
+def _pins(path: str, text: str) -> list[tuple[int, str, str]]:
+    """(line, version, text) of each vllm pin: a requirements line, or a whole quoted requirement
+    string of packaging metadata; comments never count."""
+    found = []
+    for number, line in enumerate(text.splitlines(), 1):
+        code = line.split("#", 1)[0].strip()
+        if not code:
+            continue
+        if path.endswith(".txt"):
+            candidates = [code]
+        else:
+            candidates = QUOTED.findall(code)
+        for candidate in candidates:
+            match = REQUIREMENT.fullmatch(candidate.strip())
+            if match:
+                found.append((number, match.group(1), line.strip()))
+    return found
 
 
 def declared_bases(plugin: Subject) -> list[DeclaredBase]:
     """Every declaration of the upstream release the plugin targets, in file order."""
     declared = []
     for path in _declaration_files(plugin):
-        docker = PurePosixPath(path).name.lower().startswith("dockerfile")
         text = plugin.read(path).decode(errors="replace")
-        for number, line in enumerate(text.splitlines(), 1):
-            if line.lstrip().startswith("#"):
-                continue
-            match = DOCKER_ARG.match(line) if docker else PIN.search(line)
-            if match:
-                declared.append(DeclaredBase(match.group(match.lastindex or 1), f"{path}:{number}", line.strip()))
+        if PurePosixPath(path).name.lower().startswith("dockerfile"):
+            for number, line in enumerate(text.splitlines(), 1):
+                if match := DOCKER_ARG.match(line):
+                    declared.append(DeclaredBase(match.group(1), f"{path}:{number}", line.strip()))
+            continue
+        declared += [DeclaredBase(version, f"{path}:{n}", line) for n, version, line in _pins(path, text)]
     return declared
 
 

@@ -14,19 +14,24 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, cast
 
 from ..code.module_index import ModuleIndex, RecordCache, module_name
 from ..code.op_scanners import NATIVE_SUFFIXES, PythonOpFacts, scan_native, scan_python
 from ..foundation.errors import bad_input
 from ..sources.git import Repository
 from ..sources.subjects import RevisionSubject, read_blobs
-from .commits import LOG_FORMAT, NULL_BLOB, is_production
+from .commits import LOG_FORMAT, is_production, log_records
 
 ChangeKind = Literal["A", "M", "D", "R", "T", "C"]
-ReferenceKind = Literal["import", "string"]
+ReferenceKind = Literal["import", "guarded_import", "string"]
+"""An import statement, one under a `try` that catches ImportError (it fails quietly: the feature
+is lost), or a string literal naming the module as a dotted path."""
 PRODUCTION_SHOWN = 10
 TORCH_OPS = re.compile(r"\btorch\.ops\.(\w+)\.(\w+)")
+DOTTED = re.compile(r"[A-Za-z_][\w.]*(?::[\w.]+)?")
+REGISTERING = (b"TORCH_LIBRARY", b"custom_op", b"torch.library", b"Library(", b".define(")
+"""What a file that registers ops contains; any other file is not scanned for registrations."""
 
 
 @dataclass(frozen=True)
@@ -100,8 +105,6 @@ class Logged:
 
 @dataclass
 class LocalHistory:
-    start: str
-    end: str
     commits: list[LocalCommit]
     """Oldest first."""
     unknowns: list[str] = field(default_factory=list)
@@ -128,7 +131,7 @@ class LocalRange:
 
 
 def local_range(repo: Repository, text: str) -> LocalRange:
-    start, end = split_range(text)
+    start, end = resolved_range(repo, text)
     raw = repo.run("log", "--no-merges", "--name-only", "-z", "--format=%x1e%H", f"{start}..{end}")
     touched = {}
     for record in raw.split(b"\x1e")[1:]:
@@ -137,43 +140,31 @@ def local_range(repo: Repository, text: str) -> LocalRange:
     return LocalRange(text, frozenset(touched), touched)
 
 
-def split_range(text: str) -> tuple[str, str]:
+def resolved_range(repo: Repository, text: str) -> tuple[str, str]:
+    """START..END as two full commit ids (an option-like or unknown revision is refused)."""
     start, dots, end = text.partition("..")
     if not dots or not start or not end or end.startswith("."):
         raise bad_input(f"local_range {text!r} is not START..END (two revisions of the plugin repository).")
-    return start, end
-
-
-def _blob(sha: str) -> str | None:
-    return None if sha == NULL_BLOB else sha
+    return repo.resolve_commit(start), repo.resolve_commit(end)
 
 
 def parse_renaming_log(raw: bytes) -> list[Logged]:
-    """Commits of a `log -z -M --raw --no-abbrev` run with LOG_FORMAT (renames carry two paths)."""
-    commits = []
-    for record in raw.split(b"\x1e")[1:]:
-        header, _, body = record.partition(b"\0")
-        sha, author, date, _stamp, subject = header.decode(errors="replace").split("\x1f", 4)
-        commit = Logged(LocalCommit(sha, author, date, subject.strip()))
-        tokens = [t.decode(errors="replace") for t in body.lstrip(b"\n").split(b"\0")]
-        index = 0
-        while index < len(tokens):
-            meta = tokens[index]
-            if not meta.startswith(":"):
-                index += 1
-                continue
-            _a, _b, old, new, status = meta[1:].split(" ")
-            kind = status[0]
-            if kind in ("R", "C"):
-                previous, path = tokens[index + 1], tokens[index + 2]
-                score = int(status[1:]) if status[1:].isdigit() else None
-                commit.changes.append(FileChange(path, kind, _blob(old), _blob(new), previous, score))  # type: ignore[arg-type]
-                index += 3
-            else:
-                commit.changes.append(FileChange(tokens[index + 1], kind, _blob(old), _blob(new)))  # type: ignore[arg-type]
-                index += 2
-        commits.append(commit)
-    return commits
+    """Commits of a `log -z -M --raw --no-abbrev` run with LOG_FORMAT, newest first."""
+    logged = []
+    for record in log_records(raw):
+        changes = [
+            FileChange(
+                c.path,
+                cast(ChangeKind, c.status[0]),
+                c.old_blob,
+                c.new_blob,
+                c.previous,
+                int(c.status[1:]) if c.previous and c.status[1:].isdigit() else None,
+            )
+            for c in record.changes
+        ]
+        logged.append(Logged(LocalCommit(record.sha, record.author, record.date, record.subject), changes))
+    return logged
 
 
 def _classify(logged: Logged, audited: list[str]) -> None:
@@ -206,20 +197,39 @@ def _moves(logged: Logged) -> list[Move]:
 
 
 def _import_references(index: ModuleIndex, gone: set[str]) -> dict[str, list[Reference]]:
-    """Per gone module: the plugin imports at the range's end that still name it."""
+    """Per gone module: the plugin imports at the range's end that still name it (`from pkg import
+    mod` only when `pkg` does not define `mod` itself now)."""
     found: dict[str, list[Reference]] = {}
     for indexed in index.modules.values():
         for record in [*indexed.record.imports, *indexed.record.dynamic_imports]:
             target = indexed.absolute(record.module)
-            named = [target, *(f"{target}.{n}" for n, _ in record.names)]
-            for module in (m for m in named if m in gone):
-                text = f"{'from ' + record.module + ' import ' if record.names else 'import '}{module}"
-                found.setdefault(module, []).append(Reference(f"{indexed.path}:{record.line}", "import", text))
+            package = index.get(target)
+            written = ", ".join(n for n, _ in record.names)
+            named = [(target, f"from {record.module} import {written}" if written else f"import {record.module}")]
+            named = named if target in gone else []
+            for name, _alias in record.names:
+                defined = package is not None and package.record.definition(name) is not None
+                if f"{target}.{name}" in gone and not defined:
+                    named.append((f"{target}.{name}", f"from {record.module} import {name}"))
+            kind: ReferenceKind = "guarded_import" if record.guard and "try" in record.guard else "import"
+            for module, text in named:
+                found.setdefault(module, []).append(Reference(f"{indexed.path}:{record.line}", kind, text))
     return found
 
 
+def _named_module(text: str, gone: set[str]) -> str | None:
+    """The gone module a dotted-path literal names: `pkg.mod`, `pkg.mod:Cls` or `pkg.mod.Cls`."""
+    if not DOTTED.fullmatch(text):
+        return None
+    module = text.partition(":")[0]
+    if module in gone:
+        return module
+    parent = module.rpartition(".")[0]
+    return parent if ":" not in text and parent in gone else None
+
+
 def _string_references(sources: dict[str, bytes], gone: set[str]) -> dict[str, list[Reference]]:
-    """Per gone module: string literals that name it as a dotted path (`pkg.mod`, `pkg.mod:Cls`)."""
+    """Per gone module: string literals that are a dotted path naming it (class paths, tables)."""
     found: dict[str, list[Reference]] = {}
     for path, source in sorted(sources.items()):
         if not any(name.encode() in source for name in gone):
@@ -230,8 +240,8 @@ def _string_references(sources: dict[str, bytes], gone: set[str]) -> dict[str, l
             continue
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                module = re.split(r"[:\s]", node.value, maxsplit=1)[0]
-                if module in gone:
+                module = _named_module(node.value, gone)
+                if module is not None:
                     found.setdefault(module, []).append(Reference(f"{path}:{node.lineno}", "string", node.value))
     return found
 
@@ -247,6 +257,8 @@ class _Registration:
 
 def registrations(path: str, source: bytes) -> list[_Registration]:
     """The ops a file defines: C++ `TORCH_LIBRARY*` defs, Python custom ops in a namespace it names."""
+    if not any(marker in source for marker in REGISTERING):
+        return []
     if path.endswith(NATIVE_SUFFIXES):
         items = scan_native(source).get("registrations", [])
         return [_Registration(f"{i['ns']}.{i['name']}", i["line"]) for i in items]
@@ -267,8 +279,26 @@ def _calls(sources: dict[str, bytes]) -> dict[str, list[str]]:
     return found
 
 
-def _dropped(repo: Repository, logged: Logged, calls: dict[str, list[str]]) -> list[DroppedBinding]:
-    """Ops the commit's registering files defined at its parent and no file it touched defines now."""
+class _RegisteredAtEnd:
+    """The ops some file at the range's end registers, read once and only when a commit dropped one."""
+
+    def __init__(self, subject: RevisionSubject, python: dict[str, bytes]) -> None:
+        self.subject, self.python = subject, python
+        self._ops: set[str] | None = None
+
+    def __contains__(self, op: object) -> bool:
+        if self._ops is None:
+            native = self.subject.read_many([p for p in self.subject.list() if p.endswith(NATIVE_SUFFIXES)])
+            sources = {**self.python, **native}
+            self._ops = {item.op for path, source in sources.items() for item in registrations(path, source)}
+        return op in self._ops
+
+
+def _dropped(
+    repo: Repository, logged: Logged, calls: dict[str, list[str]], at_end: _RegisteredAtEnd
+) -> list[DroppedBinding]:
+    """Ops the commit's registering files defined at its parent, that no file it touched defines
+    after it and no file at the range's end registers, while the end still calls them."""
     commit = logged.commit
     touched = [c for c in logged.changes if c.path.endswith((*NATIVE_SUFFIXES, ".py"))]
     shas = sorted({b for c in touched for b in (c.old_blob, c.new_blob) if b})
@@ -284,11 +314,8 @@ def _dropped(repo: Repository, logged: Logged, calls: dict[str, list[str]]) -> l
                 before.setdefault(item.op, f"{old_path}:{item.line}")
         if change.new_blob and change.new_blob in blobs:
             after |= {item.op for item in registrations(change.path, blobs[change.new_blob])}
-    return [
-        DroppedBinding(op, where, f"{commit.sha}^", calls[op])
-        for op, where in sorted(before.items())
-        if op not in after and op in calls
-    ]
+    lost = [(op, where) for op, where in sorted(before.items()) if op not in after and op in calls]
+    return [DroppedBinding(op, where, f"{commit.sha}^", calls[op]) for op, where in lost if op not in at_end]
 
 
 # -- the whole range ----------------------------------------------------------------------------
@@ -297,8 +324,7 @@ def _dropped(repo: Repository, logged: Logged, calls: dict[str, list[str]]) -> l
 def local_history(repo: Repository, cache: RecordCache, range_text: str, audited: list[str]) -> LocalHistory:
     """Every non-merge commit of START..END in the plugin repository, oldest first, with its moves
     and dropped bindings checked against the plugin at END."""
-    start, end = split_range(range_text)
-    start_sha, end_sha = repo.resolve_commit(start), repo.resolve_commit(end)
+    start_sha, end_sha = resolved_range(repo, range_text)
     raw = repo.run("log", "--no-merges", "-M", "--raw", "--no-abbrev", "-z", LOG_FORMAT, f"{start_sha}..{end_sha}")
     logged = parse_renaming_log(raw)[::-1]
     at_end = RevisionSubject(repo, end_sha)
@@ -313,12 +339,14 @@ def local_history(repo: Repository, cache: RecordCache, range_text: str, audited
     references = _import_references(index, gone)
     for module, found in _string_references(python, gone).items():
         references.setdefault(module, []).extend(found)
-    calls = _calls(python)
+    calls, registered = _calls(python), _RegisteredAtEnd(at_end, python)
     for item in logged:
         for move in item.commit.moves:
             move.dangling = sorted(references.get(move.module, []), key=lambda r: r.where)
-        item.commit.dropped = _dropped(repo, item, calls)
-    history = LocalHistory(start_sha, end_sha, commits)
-    if not commits:
-        history.unknowns.append(f"No commits in {start}..{end}: is START an ancestor of END?")
+        item.commit.dropped = _dropped(repo, item, calls, registered)
+    history = LocalHistory(commits)
+    if repo.text("merge-base", start_sha, end_sha).strip() != start_sha:
+        history.unknowns.append(
+            f"START of {range_text} is not an ancestor of END: the commits listed are those of END not in START."
+        )
     return history

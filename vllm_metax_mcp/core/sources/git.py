@@ -182,8 +182,12 @@ class PathRemoval:
 
 
 def last_removal(repo: Repository, revision: str, paths: list[str]) -> PathRemoval | None:
-    """The newest commit up to `revision` that deleted or moved one of `paths` (git's rename
-    detection names where a moved file went)."""
+    """The newest commit up to `revision` that deleted or moved one of `paths` absent at `revision`
+    (git's rename detection names where a moved file went)."""
+    present = repo.read_objects([f"{revision}:{p}" for p in paths])
+    paths = [p for p, found in zip(paths, present, strict=True) if found is None]
+    if not paths:
+        return None
     specs = [f":(literal){p}" for p in paths]
     found = repo.run("log", "-n1", "--diff-filter=D", "--no-renames", "--format=%H%x1f%s", revision, "--", *specs)
     if not found.strip():
