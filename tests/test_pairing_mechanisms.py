@@ -96,15 +96,21 @@ OLD_RELEASE = {
 """An older release whose registry maps the architecture to a flat model file instead of the family."""
 
 
+TWIN = "vllm_x/models/fam/util.py"
+
+
 def _pairs(tmp_path: Path) -> dict[str, Any]:
     root = tmp_path / "root"
     repo, upstream, old = root / "plugin", root / "upstream", root / "old"
     _write(upstream, UPSTREAM)
     _write(old, OLD_RELEASE)
-    _write(repo, PLUGIN)
+    # fam/util.py starts as fam/pad.py; a later plugin commit renames it: the twin's origin
+    _write(repo, {TWIN.replace("util.py", "pad.py") if path == TWIN else path: text for path, text in PLUGIN.items()})
     git(repo, "init", "-q")
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "plugin")
+    git(repo, "mv", TWIN.replace("util.py", "pad.py"), TWIN)
+    git(repo, "commit", "-qm", "pad helpers become util")
     runtime = Runtime.create([str(root)], mode="review", state_dir=str(tmp_path / "state"))
     env = ToolEnv(runtime=runtime, tool="diff_model")
     arguments = {
@@ -142,4 +148,8 @@ def test_pairing_mechanisms_beyond_the_real_plugins(tmp_path: Path) -> None:
     # twin. Its content is common/ops/kern.py's, shown as the better content match, never chosen.
     twin = pairs["vllm_x/models/fam/util.py"]
     assert twin.upstream == f"{FAM}/common/ops/util.py" and "name_only" in twin.flags
+    # its origin: the plugin commit that renamed fam/pad.py to it (_pairs), as commit evidence
+    notes = [e.text for e in twin.evidence if e.kind == "note" and "name-only twin" in e.text]
+    assert notes and "('pad helpers become util')" in notes[0] and "from vllm_x/models/fam/pad.py" in notes[0]
+    assert any(e.kind == "commit" for e in twin.evidence)
     assert f"{FAM}/common/ops/kern.py" in {c.upstream for c in twin.candidates}

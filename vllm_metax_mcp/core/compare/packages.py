@@ -4,8 +4,10 @@ When at least `MIN_MEMBERS` members of a local package, and most of them, pair i
 package, the package maps there: its `__init__` pairs with that package's `__init__` (over a path guess that flattened a
 platform directory), and members nothing paired pair by base name inside it. A package `__init__`
 that re-exports names from its submodules pairs with the upstream `__init__` that re-exports most
-of the corresponding names. A pair by name whose files share no top-level symbol is flagged `name_only`,
-with its best content match beside it; similarity never decides it.
+of the corresponding names. A pair by name whose files share no top-level symbol is flagged
+`name_only` (with the plugin commit that created the file, and the file it was renamed or copied
+from, when the plugin is a git subject), with its best content match beside it; similarity never
+decides it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ import posixpath
 from collections import Counter
 from dataclasses import dataclass
 
-from ..foundation.evidence import NoteEvidence
+from ..foundation.evidence import CommitEvidence, NoteEvidence
+from ..sources.git import path_origin
+from ..sources.subjects import Subject
 from .import_sites import last_note
 from .pairing_context import PairingContext
 from .pairs import UPSTREAM_ROOT, EvidenceItem, Pair, Rule
@@ -149,6 +153,19 @@ def flag_name_only(context: PairingContext, pairs: list[Pair]) -> None:
         )
         if mine and defined and not mine & defined and not extends:
             pair.flag("name_only", 0.2)
+            pair.evidence += _origin(context.trees.local, pair.local)
+
+
+def _origin(local: Subject, path: str) -> list[EvidenceItem]:
+    """A name-only twin's history: the plugin commit that created the file, and the file it was
+    renamed or copied from (git subjects only)."""
+    repo = getattr(local, "repo", None)
+    origin = path_origin(repo, getattr(local, "commit", "HEAD"), path) if repo is not None else None
+    if origin is None:
+        return []
+    source = f", renamed or copied from {origin.source}" if origin.source else ""
+    note = f"name-only twin: plugin commit {origin.commit[:12]} ({origin.subject!r}) created it{source}"
+    return [CommitEvidence(sha=origin.commit), NoteEvidence(text=note)]
 
 
 def infer_packages(context: PairingContext, pairs: list[Pair]) -> None:

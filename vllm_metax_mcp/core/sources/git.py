@@ -207,3 +207,38 @@ def last_removal(repo: Repository, revision: str, paths: list[str]) -> PathRemov
                 return PathRemoval(sha, subject, tokens[index + 1], None)
             index += 2
     return PathRemoval(sha, subject, paths[0], None)
+
+
+@dataclass(frozen=True)
+class PathOrigin:
+    """The commit that brought a path into the tree: added, or renamed or copied from `source`."""
+
+    commit: str
+    subject: str
+    source: str | None
+
+
+def path_origin(repo: Repository, revision: str, path: str) -> PathOrigin | None:
+    """The newest commit up to `revision` that created `path` (git's rename and copy detection
+    names the file it came from)."""
+    found = repo.run(
+        "log",
+        "-n1",
+        "--follow",
+        "-M",
+        "-C",
+        "--diff-filter=ACR",
+        "--name-status",
+        "-z",
+        "--format=%x1e%H%x1f%s",
+        revision,
+        "--",
+        f":(literal){path}",
+    )
+    for record in found.split(b"\x1e")[1:]:
+        header, _, body = record.partition(b"\0")
+        sha, _, subject = header.decode(errors="replace").strip().partition("\x1f")
+        tokens = body.decode(errors="replace").lstrip("\n").split("\0")
+        copied = tokens[0][:1] in ("R", "C") and len(tokens) >= 3 and tokens[2] == path
+        return PathOrigin(sha, subject, tokens[1] if copied else None)
+    return None
