@@ -168,14 +168,19 @@ def test_moves_that_leave_imports_and_strings_behind(history: dict[str, Any]) ->
     assert result.local_counts["dangling"] == 2 and result.local_counts["dropped_bindings"] == 1
 
 
-def test_local_range_must_be_two_revisions(tmp_path: Path) -> None:
+def _one_commit(tmp_path: Path) -> dict[str, Any]:
+    """A plugin repository of one commit, the read root above it and a state directory beside."""
     repo = tmp_path / "root" / "plugin"
     repo.mkdir(parents=True)
     git(repo, "init", "-q")
     (repo / "a.py").write_text("x = 1\n")
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "one")
-    ws = {"root": tmp_path / "root", "repo": repo, "state": tmp_path / "state"}
+    return {"root": tmp_path / "root", "repo": repo, "state": tmp_path / "state"}
+
+
+def test_local_range_must_be_two_revisions(tmp_path: Path) -> None:
+    ws = _one_commit(tmp_path)
     for wrong in ("HEAD", "..HEAD", "HEAD..", "HEAD...HEAD"):
         with pytest.raises(ToolFailure, match="START..END") as refused:
             local(ws, wrong)
@@ -248,13 +253,7 @@ def test_what_counts_as_still_naming_a_moved_module_or_a_dropped_op(tmp_path: Pa
 
 
 def test_an_option_like_local_range_is_refused(tmp_path: Path) -> None:
-    repo = tmp_path / "root" / "plugin"
-    repo.mkdir(parents=True)
-    git(repo, "init", "-q")
-    (repo / "a.py").write_text("x = 1\n")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "one")
-    ws = {"root": tmp_path / "root", "repo": repo, "state": tmp_path / "state"}
+    ws = _one_commit(tmp_path)
     canary = tmp_path / "written"
     for wrong in ("-n1..HEAD", f"--output={canary}..HEAD", "HEAD..--all"):
         with pytest.raises(ToolFailure) as refused:
