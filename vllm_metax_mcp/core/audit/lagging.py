@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
+from ..foundation.errors import ToolFailure
 from ..sources.subjects import Subject
 from .commits import Listing, range_commits
 from .scope import Scope
@@ -113,8 +114,11 @@ def _release_label(session: AuditSession, version: str, releases: tuple[str, ...
         if label.lstrip("vV") == version:
             return label
     for label in (f"v{version}", version):
-        if session.upstream.repo.run("rev-parse", "--verify", "-q", f"{label}^{{commit}}", check=False):
-            return label
+        try:
+            session.upstream.repo.resolve_commit(label)
+        except ToolFailure:
+            continue
+        return label
     return None
 
 

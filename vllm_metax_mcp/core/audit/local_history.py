@@ -328,7 +328,7 @@ def local_history(repo: Repository, cache: RecordCache, range_text: str, audited
     raw = repo.run("log", "--no-merges", "-M", "--raw", "--no-abbrev", "-z", LOG_FORMAT, f"{start_sha}..{end_sha}")
     logged = parse_renaming_log(raw)[::-1]
     at_end = RevisionSubject(repo, end_sha)
-    python = {p: s for p, s in at_end.read_many([p for p in at_end.list() if p.endswith(".py")]).items()}
+    python = at_end.read_many([p for p in at_end.list() if p.endswith(".py")])
     index = ModuleIndex()
     index.add_tree("plugin", at_end, cache)
     for item in logged:

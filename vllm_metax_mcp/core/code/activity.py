@@ -29,6 +29,7 @@ from typing import Any
 from ..sources.subjects import Subject
 from .codebase import Codebase, Ref
 from .conditions import Term, conditions, render, simplify
+from .literals import own_nodes
 from .overrides import Overrides, class_chain
 from .patch_forms import UNKNOWN, dotted_ref
 
@@ -448,11 +449,4 @@ def _unit_nodes(tree: ast.Module, qual: str) -> list[ast.AST]:
         scope = next((n for n in body if isinstance(n, DEFINITIONS) and n.name == part), None)
     if scope is None or isinstance(scope, ast.ClassDef):
         return []
-    found: list[ast.AST] = []
-    stack = list(ast.iter_child_nodes(scope))
-    while stack:
-        node = stack.pop()
-        found.append(node)
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            stack.extend(ast.iter_child_nodes(node))
-    return found
+    return list(own_nodes(scope))

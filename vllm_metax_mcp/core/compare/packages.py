@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from ..foundation.evidence import CommitEvidence, NoteEvidence
 from ..sources.git import path_origin
-from ..sources.subjects import Subject
+from ..sources.subjects import Subject, git_position
 from .import_sites import last_note
 from .pairing_context import PairingContext
 from .pairs import UPSTREAM_ROOT, EvidenceItem, Pair, Rule
@@ -159,8 +159,8 @@ def flag_name_only(context: PairingContext, pairs: list[Pair]) -> None:
 def _origin(local: Subject, path: str) -> list[EvidenceItem]:
     """A name-only twin's history: the plugin commit that created the file, and the file it was
     renamed or copied from (git subjects only)."""
-    repo = getattr(local, "repo", None)
-    origin = path_origin(repo, getattr(local, "commit", "HEAD"), path) if repo is not None else None
+    position = git_position(local)
+    origin = path_origin(position.repo, position.revision, path) if position is not None else None
     if origin is None:
         return []
     source = f", renamed or copied from {origin.source}" if origin.source else ""

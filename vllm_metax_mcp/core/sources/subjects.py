@@ -316,3 +316,21 @@ def open_subject(policy: Policy, request: SubjectRequest, repo: Repository | Non
         )
     package_dir = policy.readable(request.installed_origin)
     return InstalledSubject(package_dir.parent, only=package_dir.name)
+
+
+@dataclass(frozen=True)
+class GitPosition:
+    """Where a git subject stands in its repository's history: its commit, or HEAD for the index
+    and the work tree (whose history is HEAD's)."""
+
+    repo: Repository
+    revision: str
+
+
+def git_position(subject: Subject) -> GitPosition | None:
+    """A git subject's repository and revision; None for a directory or an installed package."""
+    if isinstance(subject, RevisionSubject):
+        return GitPosition(subject.repo, subject.commit)
+    if isinstance(subject, (IndexSubject, WorktreeSubject)):
+        return GitPosition(subject.repo, "HEAD")
+    return None

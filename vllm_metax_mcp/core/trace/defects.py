@@ -29,6 +29,7 @@ from ..foundation.evidence import (
     ProbeEvidence,
 )
 from ..sources.git import last_removal
+from ..sources.subjects import git_position
 from .kernels import OpRow
 from .moves import Move, Moves, attribute_uses, base_definition, bound_names, chain_failure, where_went
 from .revisions import History
@@ -273,13 +274,12 @@ def import_defects(
 def _removal_text(code: Codebase, problem: ImportProblem, evidence: list[Evidence]) -> str:
     """The plugin commit that deleted or moved the module a stale plugin import names (git subjects
     only), added to the evidence as a commit."""
-    subject = code.subjects["plugin"]
-    repo = getattr(subject, "repo", None)
-    if repo is None:
+    position = git_position(code.subjects["plugin"])
+    if position is None:
         return ""
     modules = [problem.target] + ([f"{problem.target}.{problem.name}"] if problem.name else [])
     paths = [p for m in modules for p in (f"{m.replace('.', '/')}.py", f"{m.replace('.', '/')}/__init__.py")]
-    removal = last_removal(repo, getattr(subject, "commit", "HEAD"), paths)
+    removal = last_removal(position.repo, position.revision, paths)
     if removal is None:
         return ""
     evidence.append(CommitEvidence(sha=removal.commit))

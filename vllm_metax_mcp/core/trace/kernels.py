@@ -19,6 +19,7 @@ from typing import Any, Literal
 from ..code.build_files import BuiltExtension, PrecompiledSource
 from ..code.codebase import Codebase, Ref
 from ..code.dispatch import dotted
+from ..code.literals import own_nodes
 from ..code.module_index import ModuleIndex
 from ..code.op_scanners import OpRegistration, PythonOpFacts, call_argument, const_string
 from ..foundation.isolated import ProbeDeath, ProbeDied, run_isolated
@@ -293,18 +294,6 @@ OPAQUE: list[ast.expr] = []
 `with` target, a local import): it shadows any module-level name and resolves to nothing."""
 
 
-def _own_nodes(scope: ast.AST) -> list[ast.AST]:
-    """The nodes of one scope: a module or a function body, nested functions left out."""
-    found: list[ast.AST] = []
-    stack = list(ast.iter_child_nodes(scope))
-    while stack:
-        node = stack.pop()
-        found.append(node)
-        if not isinstance(node, NESTED_SCOPES):
-            stack.extend(ast.iter_child_nodes(node))
-    return found
-
-
 def _bound_parameters(scope: ast.AST) -> list[str]:
     if not isinstance(scope, NESTED_SCOPES):
         return []
@@ -409,11 +398,11 @@ class LaunchSite:
 def _launch_sites(code: Codebase, module: str, tree: ast.Module) -> list[LaunchSite]:
     """Every call of a JIT kernel in a module, direct or through a name chosen among kernels."""
     sites = []
-    top = _own_nodes(tree)
+    top = list(own_nodes(tree))
     module_values = _local_values(tree, top, {})
     scopes: list[ast.AST] = [tree, *(n for n in ast.walk(tree) if isinstance(n, NESTED_SCOPES))]
     for scope in scopes:
-        nodes = top if scope is tree else _own_nodes(scope)
+        nodes = top if scope is tree else list(own_nodes(scope))
         values = module_values if scope is tree else _local_values(scope, nodes, module_values)
         resolver = _Resolver(values)
         for node in nodes:
