@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from ..code.plugin_facts import plugin_facts
 from ..compare.matrix import MatrixRow, difference_matrix
+from ..foundation.progress import phase
 from .commits import Listing, Touched, list_commits, symbol_changes
 from .counts import CommitCounts, commit_counts
 from .differences import Unaccounted, baseline_rows, differences, unaccounted
@@ -53,7 +54,8 @@ class Baseline:
 def take_baseline(session: AuditSession, request: ScopeRequest) -> Baseline:
     """Store today's differences of the audited files as the baseline (other files' rows stay)."""
     scope = resolve_scope(session, request)
-    found = matrix(session, scope)
+    with phase("comparing each pair with its base", 1.0):
+        found = matrix(session, scope)
     imported = baseline_rows(differences(found.rows, scope.trees))
     audited = set(session.local_files)
 

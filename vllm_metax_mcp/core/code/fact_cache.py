@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..foundation.atomic import write_bytes_atomic
+from ..foundation.progress import advance
 from ..foundation.state import StateStore
 from ..sources.subjects import Subject
 
@@ -41,6 +42,7 @@ class FactCache:
             for path, source in subject.read_many(batch).items():
                 facts[path] = scan(source)
                 self._store(entries[path].sha, facts[path])
+                advance(len(facts), len(paths), f"scanning {len(missing)} files")
         return facts
 
     def _store(self, sha: str, data: dict[str, Any]) -> None:

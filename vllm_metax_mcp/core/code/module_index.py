@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Literal
 
 from ..foundation.atomic import write_bytes_atomic
+from ..foundation.progress import advancing
 from ..foundation.state import StateStore
 from ..sources.subjects import Subject
 from .import_scan import Branch, ImportKind
@@ -308,11 +309,14 @@ class RecordCache:
         sources = subject.read_many(parse.values())
         items = sorted(((sha, sources[path]) for sha, path in parse.items()), key=lambda item: -len(item[1]))
         scan = partial(_scan, answers=self.answers)
+        what = f"parsing {len(items)} modules"
         if len(items) >= PARALLEL_THRESHOLD and workers > 1:
             with ProcessPoolExecutor(max_workers=workers, initializer=gc.disable) as pool:
-                scanned = list(pool.map(scan, items, chunksize=max(1, len(items) // (workers * 32))))
+                scanned = list(
+                    advancing(pool.map(scan, items, chunksize=max(1, len(items) // (workers * 32))), len(items), what)
+                )
         else:
-            scanned = [scan(item) for item in items]
+            scanned = [scan(item) for item in advancing(items, len(items), what)]
         shards: dict[str, list[str]] = {}
         for (sha, _), text in zip(items, scanned, strict=True):
             graph, _, detail = text.partition("\t")

@@ -12,6 +12,8 @@ Modules:
 - `isolated`: running a script in the target interpreter, and telling how it ended.
 - `jobs`: long work as detached, cancellable jobs with a heartbeat.
 - `worker`: the job worker process, which rebuilds a job's typed payload and runs its target.
+- `progress`: phase-weighted progress reported from anywhere in core, and its strictly increasing forwarding.
+- `process_call`: a CPU-heavy call in a forked worker of its own process group: progress back, clean kills.
 
 Serves every tool (the dispatcher, the MCP server and the CLI included); `jobs` and `worker` serve
 trim_model, run_smoke_test and the `jobs` tool; `isolated` serves environment, inspect_config,

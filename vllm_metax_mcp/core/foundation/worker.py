@@ -22,19 +22,22 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from .errors import ErrorCode, ToolFailure
-from .jobs import FINAL_STATES, HEARTBEAT_INTERVAL_S, Jobs
+from .jobs import CANCELLING, FINAL_STATES, HEARTBEAT_INTERVAL_S, Jobs
 from .state import StateStore
 
 
 class Progress:
-    """Handed to a job target: records progress in the job's status document."""
+    """Handed to a job target: records progress in the job's status document. `done` never goes back
+    (a lower value keeps the highest so far, with the new message): MCP progress only increases."""
 
     def __init__(self, jobs: Jobs, job_id: str) -> None:
         self._jobs = jobs
         self._job_id = job_id
+        self._done = 0.0
 
     def report(self, done: float, total: float | None = None, message: str | None = None) -> None:
-        progress = {"done": done, "total": total, "message": message}
+        self._done = max(self._done, done)
+        progress = {"done": self._done, "total": total, "message": message}
         self._jobs.store.update(
             f"jobs/{self._job_id}/status.json", lambda status: {**(status or {}), "progress": progress}
         )
@@ -80,8 +83,11 @@ def _payload(function: Callable[..., Any], args: Any) -> Any:
 def _set_status(jobs: Jobs, job_id: str, **fields: Any) -> None:
     def change(status: dict[str, Any] | None) -> dict[str, Any]:
         status = dict(status or {"id": job_id})
-        if status.get("status") not in FINAL_STATES:
-            status.update(fields)
+        if status.get("status") in FINAL_STATES:
+            return status
+        if status.get("status") == CANCELLING and fields.get("status") == "running":
+            fields.pop("status")  # a cancel that came first stays visible while the worker starts
+        status.update(fields)
         return status
 
     jobs.store.update(f"jobs/{job_id}/status.json", change)

@@ -27,6 +27,7 @@ from ..code.overrides import (
 )
 from ..foundation.errors import ToolFailure
 from ..foundation.policy import Policy
+from ..foundation.progress import phase
 from ..foundation.state import StateStore
 from ..sources.environment import EnvironmentRecord, check_interpreter
 from ..sources.interpreters import Interpreters
@@ -155,7 +156,8 @@ def check_path(
     mark_reached(found, reached)
     findings.overrides = found.overrides + same_path_overrides(code, base, reached, plugin_packages)
     findings.patches = found.patches
-    findings.unknowns += mark_active(code, found)
+    with phase("deciding which overrides are active", 0.22):
+        findings.unknowns += mark_active(code, found)
     walked = [
         r.name for r in walk.rows if ":" not in r.name and r.branch != "not_taken" and code.get(r.name) is not None
     ]
@@ -166,17 +168,20 @@ def check_path(
             skipped_base_init(code, module) + call_drift(code, base, module) + override_drift(code, base, module)
         )
     findings.inherited = inherited_behaviour(code, base_codebase(code, base, base_tree), checked)
-    findings.kernels = kernel_launches(code, checked, base)
+    with phase("finding kernel launches", 0.11):
+        findings.kernels = kernel_launches(code, checked, base)
     findings.defects += kernel_drift(code, findings.kernels, set(checked))
-    _ops(store, code, walked, checked, probe, findings)
+    with phase("checking ops", 0.53):
+        _ops(store, code, walked, checked, probe, findings)
     module_of = {m.path: m.name for m in code.index.modules.values() if m.side == "plugin"}
     findings.defects += override_defects(code, findings.overrides, findings.patches, module_of)
     findings.boundaries += [
         Boundary(r.name, "plugin", stop[r.name], "owned", r.file) for r in walk.rows if r.name in stop and r.depth > 0
     ]
-    findings.config_rewrites = config_rewrites(
-        store, code, module_name(model.registry_path or ""), model.upstream_module
-    )
+    with phase("finding config rewrites", 0.09):
+        findings.config_rewrites = config_rewrites(
+            store, code, module_name(model.registry_path or ""), model.upstream_module
+        )
     symbols = [r.name.partition(":") for r in walk.rows if ":" in r.name and r.branch != "not_taken"]
     findings.weight_loading = weight_loading(code, [*model.classes, *(Ref(m, (c,)) for m, _, c in symbols)])
     findings.defects.sort(key=lambda d: (d.kind, d.file, d.line))

@@ -138,28 +138,36 @@ def real_trim_job(
 
 
 class _Reporter:
-    """Progress in bytes per phase, written at most every PROGRESS_EVERY_S (and at each phase start)."""
+    """Progress in bytes over the whole job, written at most every PROGRESS_EVERY_S (and at each phase
+    start): each of the PHASES (copy, verify, the shipped script's own copy) moves the retained bytes
+    once, so the job's total is PHASES times them and the count only grows from phase to phase."""
 
-    def __init__(self, progress: Progress, total: int) -> None:
+    PHASES = 3
+
+    def __init__(self, progress: Progress, nbytes: int) -> None:
         self.progress = progress
-        self.total = total
+        self.nbytes = nbytes
+        self.total = nbytes * self.PHASES
         self.phase = ""
+        self.base = -nbytes  # where the running phase started; the first start moves it to 0
         self.done = 0
         self.last = 0.0
         self.lock = threading.Lock()
 
     def start(self, phase: str) -> None:
         with self.lock:
+            self.base = min(self.base + self.nbytes, self.total)
             self.phase, self.done, self.last = phase, 0, time.monotonic()
-            self.progress.report(0, self.total, phase)
+            self.progress.report(self.base, self.total, phase)
 
     def add(self, nbytes: int) -> None:
         with self.lock:
-            self.done += nbytes
+            self.done = min(self.done + nbytes, self.nbytes)
             now = time.monotonic()
             if now - self.last >= PROGRESS_EVERY_S:
                 self.last = now
-                self.progress.report(self.done, self.total, f"{self.phase}: {self.done} of {self.total} bytes")
+                message = f"{self.phase}: {self.done} of {self.nbytes} bytes"
+                self.progress.report(self.base + self.done, self.total, message)
 
 
 def _failure(message: str) -> ToolFailure:
