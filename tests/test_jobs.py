@@ -28,9 +28,12 @@ from pydantic import BaseModel
 
 from vllm_metax_mcp.core.foundation import jobs as jobs_module
 from vllm_metax_mcp.core.foundation.errors import ErrorCode, ToolFailure
+from vllm_metax_mcp.core.foundation.results import RESULT_BUDGET
 from vllm_metax_mcp.core.foundation.state import StateStore
+from vllm_metax_mcp.tools.cancel_job import SPEC as CANCEL_SPEC
 from vllm_metax_mcp.tools.dispatch import invoke
 from vllm_metax_mcp.tools.jobs import SPEC as JOBS_SPEC
+from vllm_metax_mcp.tools.output import compact, text_of
 from vllm_metax_mcp.tools.spec import Runtime, ToolEnv, ToolSpec
 
 pytestmark = pytest.mark.timeout(60)
@@ -71,15 +74,28 @@ def test_job_outlives_a_short_call_and_is_polled_to_completion(runtime: Runtime)
     assert out.steps is None and out.message is None
     assert out.result_id.startswith("r-")
     job_id = out.job.id
+    sent = compact(out)
+    assert set(sent) == {"job", "poll_after_s", "resource", "result_id"}, sent
+    assert 2 <= sent["poll_after_s"] <= 10 and sent["resource"] == f"vllm-metax://jobs/{job_id}"
+    assert sent["job"]["message"].startswith(sent["job"]["status"]), sent
+    assert len(text_of(out)) < 400
+
+    polled = call(JOBS_SPEC, {"action": "status", "job_id": job_id}, runtime)
+    if polled.job.status == "running":
+        assert set(compact(polled)) == {"job", "poll_after_s", "resource", "result_id"}, compact(polled)
+        assert "jobs" not in compact(polled) and "total" not in compact(polled)
 
     listed = call(JOBS_SPEC, {"action": "list"}, runtime)
     assert [j.id for j in listed.jobs] == [job_id] and listed.total == 1
+    assert listed.jobs[0].message and listed.jobs[0].message.startswith(listed.jobs[0].status)
 
     final = wait_for(
         lambda: (s := job_status(runtime, job_id))["status"] not in ("queued", "running") and s, 30, 0.2, "the job"
     )
     assert final["status"] == "succeeded", final
     assert final["progress"] == {"done": 15, "total": 15, "message": "done"}
+    status = call(JOBS_SPEC, {"action": "status", "job_id": job_id}, runtime)
+    assert status.next_step is not None and status.next_step.arguments == {"action": "result", "job_id": job_id}
     result = call(JOBS_SPEC, {"action": "result", "job_id": job_id}, runtime)
     cited = dict(result.job.result)
     assert cited.pop("result_id").startswith("r-")
@@ -139,7 +155,7 @@ def test_job_finishing_within_the_call_returns_its_result_and_progress(runtime: 
 def test_cancel_kills_the_whole_process_tree(runtime: Runtime, tmp_path: Path) -> None:
     job_id, pids = start_spawner(runtime, tmp_path)
     try:
-        out = call(JOBS_SPEC, {"action": "cancel", "job_id": job_id}, runtime)
+        out = call(CANCEL_SPEC, {"job_id": job_id}, runtime)
         assert out.job.status == "cancelled"
         wait_for(lambda: not any(pid_alive(p) for p in pids.values()), 3, what="all job processes to end")
         assert job_status(runtime, job_id)["status"] == "cancelled"
@@ -224,11 +240,79 @@ def test_jobs_tool_refuses_bad_ids(runtime: Runtime) -> None:
     for args, code in (
         ({"action": "status"}, ErrorCode.BAD_INPUT),
         ({"action": "status", "job_id": "../../etc"}, ErrorCode.BAD_INPUT),
-        ({"action": "cancel", "job_id": "j-0123456789abcdef"}, ErrorCode.NOT_FOUND),
+        ({"action": "result", "job_id": "j-0123456789abcdef"}, ErrorCode.NOT_FOUND),
+        ({"action": "cancel", "job_id": "j-0123456789abcdef"}, ErrorCode.BAD_INPUT),
+        ({"action": "list", "job_id": "j-0123456789abcdef"}, ErrorCode.BAD_INPUT),
+        ({"action": "status", "job_id": "j-0123456789abcdef", "limit": 2}, ErrorCode.BAD_INPUT),
+        ({"limit": 0}, ErrorCode.BAD_INPUT),
+        ({"limit": 501}, ErrorCode.BAD_INPUT),
     ):
         with pytest.raises(ToolFailure) as info:
             call(JOBS_SPEC, args, runtime)
-        assert info.value.code is code
+        assert info.value.code is code, args
+    with pytest.raises(ToolFailure) as info:
+        call(CANCEL_SPEC, {"job_id": "j-0123456789abcdef"}, runtime)
+    assert info.value.code is ErrorCode.NOT_FOUND
+
+
+def test_a_result_too_big_to_inline_is_read_from_its_resource_in_pages(runtime: Runtime) -> None:
+    handle = runtime.jobs.start("test_job", "jobtargets_more:big_result", {"rows": 400, "width": 100})
+    wait_for(lambda: runtime.jobs.get(handle.job_id)["status"] == "succeeded", 30, 0.1, "the job")
+    out = call(JOBS_SPEC, {"action": "result", "job_id": handle.job_id}, runtime)
+    assert out.job.result is None and len(text_of(out)) <= RESULT_BUDGET
+    result_id = out.job.result_resource.removeprefix("vllm-metax://results/")
+    rows = runtime.store.read(f"results/{result_id}.json")["output"]["rows"]
+    assert rows == runtime.jobs.get(handle.job_id)["result"]["rows"], "the resource holds the whole output"
+
+
+def test_poll_interval_follows_the_progress_rate() -> None:
+    """A quarter of the expected time left, within 2..10 s; 2 s while queued or cancelling, 5 s without a rate."""
+    base = {"id": "j-0", "started_at": 100.0}
+    assert jobs_module.poll_after({**base, "status": "running", "progress": {"done": 1, "total": 2}}, 120) == 5
+    assert jobs_module.poll_after({**base, "status": "running", "progress": {"done": 1, "total": 100}}, 101) == 10
+    assert jobs_module.poll_after({**base, "status": "running", "progress": {"done": 99, "total": 100}}, 200) == 2
+    assert jobs_module.poll_after({**base, "status": "running", "progress": {"done": 3, "total": None}}, 200) == 5
+    assert jobs_module.poll_after({**base, "status": "cancelling", "progress": None}, 200) == 2
+    message = jobs_module.progress_message(
+        {"status": "running", "progress": {"done": 3, "total": 4, "message": "copy"}}
+    )
+    assert message == "running: copy (75%)"
+
+
+def test_cancel_reads_cancelling_until_the_processes_are_gone(runtime: Runtime, tmp_path: Path) -> None:
+    """A worker that takes 2 s to stop: while cancel_job waits for it, any poll sees `cancelling`
+    (in the small running shape), and `cancelled` only once no process of the job is left."""
+    pidfile = tmp_path / "pids.json"
+    handle = runtime.jobs.start("test_job", "jobtargets_more:stop_slowly", {"pidfile": str(pidfile), "linger": 2})
+    pids = json.loads(wait_for(lambda: pidfile.exists() and pidfile.read_text(), 20, what="the job's pid file"))
+    outcome: dict[str, Any] = {}
+
+    async def cancel_and_poll() -> list[dict[str, Any]]:
+        seen = []
+        async with anyio.create_task_group() as group:
+
+            async def cancel() -> None:
+                outcome["job"] = await anyio.to_thread.run_sync(call, CANCEL_SPEC, {"job_id": handle.job_id}, runtime)
+
+            group.start_soon(cancel)
+            while "job" not in outcome:
+                polled = await anyio.to_thread.run_sync(
+                    call, JOBS_SPEC, {"action": "status", "job_id": handle.job_id}, runtime
+                )
+                seen.append(compact(polled))
+                await anyio.sleep(0.1)
+        return seen
+
+    try:
+        seen = anyio.run(cancel_and_poll)
+        cancelling = [s for s in seen if s["job"]["status"] == "cancelling"]
+        assert cancelling, seen
+        assert set(cancelling[0]) == {"job", "poll_after_s", "resource", "result_id"}
+        assert cancelling[0]["job"]["message"] == "cancelling: lingering" and cancelling[0]["poll_after_s"] == 2
+        assert outcome["job"].job.status == "cancelled"
+        assert not any(pid_alive(p) for p in pids.values()), "cancelled only once every process is gone"
+    finally:
+        kill_pids(list(pids.values()))
 
 
 _INCREMENTER = """

@@ -222,3 +222,25 @@ def test_write_bytes_atomic_failure_leaves_old_file_and_no_temp(tmp_path: Path) 
         write_bytes_atomic(target, "not bytes")  # type: ignore[arg-type]
     assert target.read_bytes() == b"old"
     assert sorted(os.listdir(tmp_path)) == ["doc.json"]
+
+
+def test_output_roots_are_readable_and_their_write_rules_unchanged(tmp_path: Path) -> None:
+    """An output root outside the read roots reads (so trim -> smoke works in one server), symlinks out of it
+    do not, and reading changes nothing about writing: the root itself, a git dir and the HF cache stay refused."""
+    root, outputs, elsewhere = tmp_path / "root", tmp_path / "outputs", tmp_path / "elsewhere"
+    for place in (root, outputs, elsewhere):
+        place.mkdir()
+    (outputs / "model").mkdir()
+    (outputs / "model" / "config.json").write_text("{}")
+    (elsewhere / "secret").write_text("x")
+    (outputs / "model" / "link").symlink_to(elsewhere / "secret")
+    policy = Policy.create([str(root)], [str(outputs)])
+    assert policy.readable(outputs / "model" / "config.json") == (outputs / "model" / "config.json")
+    assert policy.read_bytes(outputs / "model" / "config.json") == b"{}"
+    refused(ErrorCode.OUTSIDE_ROOTS, policy.readable, outputs / "model" / "link")
+    refused(ErrorCode.OUTSIDE_ROOTS, policy.readable_entries, outputs / "model")
+    refused(ErrorCode.OUTSIDE_ROOTS, policy.readable, elsewhere / "secret")
+    refused(ErrorCode.PROTECTED_PATH, policy.writable, outputs)
+    refused(ErrorCode.OUTSIDE_ROOTS, policy.writable, root / "new")
+    refused(ErrorCode.PROTECTED_PATH, policy.writable, outputs / ".git" / "x")
+    assert policy.writable(outputs / "fresh") == outputs / "fresh"

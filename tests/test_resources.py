@@ -3,6 +3,7 @@ against the tools' real schemas."""
 
 from __future__ import annotations
 
+import json
 import re
 from importlib import resources as package_files
 from pathlib import Path
@@ -14,6 +15,9 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from workbench import git
 
+from vllm_metax_mcp.core.audit.ledger import Annotation, Decision, change_ledger, new_ledger
+from vllm_metax_mcp.core.foundation.evidence import FileEvidence
+from vllm_metax_mcp.core.foundation.results import RESULT_BUDGET
 from vllm_metax_mcp.resources import GUIDES
 from vllm_metax_mcp.server.app import build_server
 from vllm_metax_mcp.tools import ALL_TOOLS
@@ -109,10 +113,11 @@ def test_static_and_dynamic_resources_read(workspace: dict[str, Path], mode: str
             assert text.startswith("# ")
         templates = {t.uri_template for t in (await client.list_resource_templates()).resource_templates}
         assert {
-            "vllm-metax://environments/{record_id}",
-            "vllm-metax://jobs/{job_id}",
-            "vllm-metax://results/{result_id}",
-            "vllm-metax://smoke/{run_id}",
+            "vllm-metax://environments/{record_id}{?cursor}",
+            "vllm-metax://jobs/{job_id}{?cursor}",
+            "vllm-metax://results/{result_id}{?cursor}",
+            "vllm-metax://smoke/{run_id}{?cursor}",
+            "vllm-metax://ledgers/{ledger_id}{?cursor}",
         } <= templates
         established = await client.call_tool(
             "environment",
@@ -122,7 +127,7 @@ def test_static_and_dynamic_resources_read(workspace: dict[str, Path], mode: str
         result_id = established.structured_content["result_id"]
         record_id = established.structured_content["record_id"]
         cited = (await client.read_resource(f"vllm-metax://results/{result_id}")).contents[0].text
-        assert '"tool": "environment"' in cited
+        assert json.loads(cited)["tool"] == "environment" and len(cited) <= RESULT_BUDGET
         record = (await client.read_resource(f"vllm-metax://environments/{record_id}")).contents[0].text
         assert '"probe_id"' in record
         for refused in (
@@ -157,3 +162,68 @@ def test_prompts_fill_in_what_the_record_knows(workspace: dict[str, Path], mode:
         assert "inspect_config(model=ckpt)" in trim
 
     with_client(workspace, mode, body)
+
+
+def big_ledger(runtime: Runtime, decisions: int) -> dict[str, Any]:
+    """A ledger the size of a real fork's (hundreds of decisions with evidence, a baseline, annotations),
+    written through the ledger's own storage functions."""
+    evidence = (FileEvidence(path="vllm_metax/models/deepseek_v2.py", line=120, rev="e" * 40),)
+    identifier = "ab" * 12
+    fresh = new_ledger(identifier, "plugin-key", {"path": "vllm", "target": "v0.26.0", "target_commit": "c" * 40})
+    upstream = [
+        Decision(
+            f"{i:040x}", f"vllm_metax/models/m{i % 40}.py", "merge", True, "forward", ("M.forward",), evidence, 1.0
+        )
+        for i in range(decisions)
+    ]
+    notes = [Annotation(f"vllm.model_executor.layers.node{i}", "inherited", 1.0, evidence) for i in range(200)]
+
+    def fill(ledger: dict[str, Any]) -> None:
+        for decision in upstream:
+            ledger[decision.section][decision.key] = decision.stored()
+        for note in notes:
+            ledger["annotations"][note.key] = note.stored()
+        rows = {f"row{i}": {"file": f"f{i}.py", "kind": "differs"} for i in range(300)}
+        ledger["baseline"] = {"taken_at": 1.0, "rows": rows}
+
+    return change_ledger(runtime.store, fresh, fill)
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_a_big_ledger_reads_in_pages_under_the_result_budget(workspace: dict[str, Path], mode: str) -> None:
+    """Every page of the ledger resource is at most RESULT_BUDGET chars; following `next` to the end and
+    setting each row's path rebuilds the stored ledger exactly; a foreign cursor is refused."""
+    runtime = Runtime.create([str(workspace["root"])], state_dir=str(workspace["state"]))
+    stored = big_ledger(runtime, 600)
+    assert len(json.dumps(stored)) > 200_000
+    uri = f"vllm-metax://ledgers/{stored['id']}"
+
+    async def body(client: Client) -> list[str]:
+        pages, following = [], uri
+        while following:
+            text = (await client.read_resource(following)).contents[0].text
+            pages.append(text)
+            following = json.loads(text).get("next")
+        with pytest.raises(MCPError):
+            await client.read_resource(f"{uri}?cursor=not-a-cursor")
+        return pages
+
+    async def main() -> list[str]:
+        async with Client(build_server(runtime), mode=mode) as client:
+            return await body(client)
+
+    pages = anyio.run(main)
+    assert len(pages) > 10 and max(len(page) for page in pages) <= RESULT_BUDGET
+    rebuilt: dict[str, Any] = {}
+    offsets = []
+    for page in map(json.loads, pages):
+        offsets.append(page["offset"])
+        for path, value in page["rows"]:
+            place = rebuilt
+            for key in path[:-1]:
+                place = place.setdefault(key, {})
+            place[path[-1]] = value
+    assert rebuilt == stored
+    assert offsets == sorted(offsets) and offsets[0] == 0
+    first_keys = [row[0] for row in json.loads(pages[0])["rows"][:4]]
+    assert all(len(path) == 1 for path in first_keys), "the ledger's own fields come first"

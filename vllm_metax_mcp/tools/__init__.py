@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..core.foundation.policy import Effect, Mode
 from . import (
     audit_commits,
+    cancel_job,
     diff_model,
     environment,
     export_snapshot,
@@ -24,6 +25,7 @@ ALL_TOOLS: tuple[ToolSpec, ...] = (
     inspect_config.SPEC,
     export_snapshot.SPEC,
     jobs.SPEC,
+    cancel_job.SPEC,
     run_smoke_test.SPEC,
     plan_trim.SPEC,
     trim_model.SPEC,

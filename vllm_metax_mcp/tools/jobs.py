@@ -1,4 +1,4 @@
-"""Tool `jobs`: list long-running work, report a job's status or result, cancel it."""
+"""Tool `jobs`: list long-running work, report a job's status or fetch its result (read-only; cancel_job stops one)."""
 
 from __future__ import annotations
 
@@ -7,23 +7,23 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from ..core.foundation.errors import bad_input
+from ..core.foundation.jobs import FINAL_STATES, job_resource, poll_after, progress_message
 from ..core.foundation.policy import Effect
-from ..core.foundation.results import inputs_fingerprint, paginate, record_result
-from .spec import JobInfo, ToolEnv, ToolOutput, ToolSpec
+from ..core.foundation.results import RESULT_BUDGET, SizeBudget, inputs_fingerprint, paginate, record_result
+from .output import rows_budget, size_of
+from .spec import JobInfo, NextCall, ToolEnv, ToolOutput, ToolSpec
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
 
 
 class JobsInput(BaseModel):
-    action: Literal["list", "status", "result", "cancel"] = Field(
-        default="list", description="list all jobs; status/result/cancel one job named by job_id."
+    action: Literal["list", "status", "result"] = Field(
+        default="list", description="list all, or status/result of job_id."
     )
-    job_id: str | None = Field(default=None, description="Required for status, result and cancel.")
+    job_id: str | None = None
     cursor: str | None = None
-    limit: int | None = Field(
-        default=None, description=f"Page size for list (default {DEFAULT_LIMIT}, max {MAX_LIMIT})."
-    )
+    limit: int | None = Field(default=None, ge=1, le=MAX_LIMIT)
 
 
 class JobDetail(JobInfo):
@@ -33,13 +33,16 @@ class JobDetail(JobInfo):
     heartbeat_age_s: float | None = None
     error: dict[str, Any] | None = None
     result: dict[str, Any] | None = Field(default=None, description="The tool's final output (action=result).")
+    result_resource: str | None = Field(default=None, description="Read the output here when too big to inline.")
 
 
 class JobsOutput(ToolOutput):
     jobs: list[JobDetail] = Field(default_factory=list)
-    total: int = 0
+    total: int | None = None
     next_cursor: str | None = None
     job: JobDetail | None = None
+    poll_after_s: float | None = Field(default=None, description="While the job runs: poll again after this.")
+    resource: str | None = Field(default=None, description="The job's status resource URI.")
 
 
 def _final_result(env: ToolEnv, status: dict[str, Any]) -> dict[str, Any] | None:
@@ -53,49 +56,72 @@ def _final_result(env: ToolEnv, status: dict[str, Any]) -> dict[str, Any] | None
 
 
 def _detail(env: ToolEnv, status: dict[str, Any], with_result: bool = False) -> JobDetail:
-    return JobDetail(
+    live = status["status"] not in FINAL_STATES
+    detail = JobDetail(
         id=status["id"],
         status=status["status"],
         progress=status.get("progress"),
+        message=progress_message(status) if live else None,
         tool=status.get("tool"),
         created_at=status.get("created_at"),
         finished_at=status.get("finished_at"),
         error=status.get("error"),
-        heartbeat_age_s=env.jobs.heartbeat_age(status["id"]) if status["status"] == "running" else None,
-        result=_final_result(env, status) if with_result else None,
+        heartbeat_age_s=env.jobs.heartbeat_age(status["id"]) if live else None,
+    )
+    result = _final_result(env, status) if with_result else None
+    if result is not None and size_of(JobsOutput(job=detail.model_copy(update={"result": result}))) > RESULT_BUDGET:
+        return detail.model_copy(update={"result_resource": f"vllm-metax://results/{result['result_id']}"})
+    return detail.model_copy(update={"result": result})
+
+
+def _list(args: JobsInput, env: ToolEnv) -> JobsOutput:
+    row = rows_budget(JobsOutput(total=10**6, result_id="r-" + "0" * 16))
+    page = paginate(
+        env.jobs.list(),
+        cursor=args.cursor,
+        limit=args.limit,
+        fingerprint=inputs_fingerprint("jobs", args.model_dump()),
+        default_limit=DEFAULT_LIMIT,
+        max_limit=MAX_LIMIT,
+        budget=SizeBudget(size_of=lambda status: size_of(_detail(env, status)), chars=row.chars),
+    )
+    more = NextCall(tool="jobs", arguments={"action": "list", "cursor": page.next_cursor}, why="more jobs")
+    return JobsOutput(
+        jobs=[_detail(env, s) for s in page.items],
+        total=page.total,
+        next_cursor=page.next_cursor,
+        next_step=more if page.next_cursor else None,
     )
 
 
 def jobs(args: JobsInput, env: ToolEnv) -> JobsOutput:
-    """List, inspect, fetch the result of, or cancel long-running work (trims, smoke tests).
-
-    Cancelling stops the job's whole process group; only processes the job started are touched.
-    """
+    """List jobs (trims, smoke tests), or one job's status or final result. cancel_job stops one."""
     if args.action == "list":
-        page = paginate(
-            env.jobs.list(),
-            cursor=args.cursor,
-            limit=args.limit,
-            fingerprint=inputs_fingerprint("jobs", args.model_dump()),
-            default_limit=DEFAULT_LIMIT,
-            max_limit=MAX_LIMIT,
-        )
-        return JobsOutput(jobs=[_detail(env, s) for s in page.items], total=page.total, next_cursor=page.next_cursor)
+        if args.job_id:
+            raise bad_input("action=list takes no job_id; use action=status or action=result for one job.")
+        return _list(args, env)
     if not args.job_id:
         raise bad_input(f"action={args.action} needs job_id; list jobs with action=list.")
-    if args.action == "cancel":
-        status = env.jobs.cancel(args.job_id)
-    else:
-        status = env.jobs.get(args.job_id)
-    return JobsOutput(job=_detail(env, status, with_result=args.action == "result"))
+    if args.cursor or args.limit:
+        raise bad_input(f"cursor and limit page action=list only; action={args.action} shows one job.")
+    status = env.jobs.get(args.job_id)
+    if status["status"] not in FINAL_STATES:
+        detail = JobDetail(
+            id=status["id"], status=status["status"], progress=status.get("progress"), message=progress_message(status)
+        )
+        return JobsOutput(job=detail, poll_after_s=poll_after(status), resource=job_resource(status["id"]))
+    detail = _detail(env, status, with_result=args.action == "result")
+    if args.action == "status" and status["status"] == "succeeded":
+        fetch = NextCall(tool="jobs", arguments={"action": "result", "job_id": status["id"]}, why="fetch its output")
+        return JobsOutput(job=detail, next_step=fetch)
+    return JobsOutput(job=detail)
 
 
 SPEC = ToolSpec(
     name="jobs",
-    effect=Effect.VALIDATES,
+    effect=Effect.READS,
     run=jobs,
     input_model=JobsInput,
     output_model=JobsOutput,
     title="Long-running jobs",
-    idempotent=False,
 )

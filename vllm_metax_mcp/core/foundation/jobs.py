@@ -32,6 +32,10 @@ HEARTBEAT_INTERVAL_S = 1.0
 STALE_AFTER_S = 10.0
 TERMINATE_GRACE_S = 5.0
 FINAL_STATES = frozenset({"succeeded", "failed", "cancelled", "lost"})
+CANCELLING = "cancelling"
+"""A cancel was asked for and the job's processes are still being stopped; `cancelled` once they are gone."""
+MIN_POLL_S, DEFAULT_POLL_S, MAX_POLL_S = 2.0, 5.0, 10.0
+CANCELLED_ERROR = {"code": "failed", "message": "cancelled on request"}
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,36 @@ class Scratch:
     directory: str
     prefix: str
     output: str
+
+
+def job_resource(job_id: str) -> str:
+    """The URI of a job's status resource (registered by the server's resources)."""
+    return f"vllm-metax://jobs/{job_id}"
+
+
+def progress_message(status: dict[str, Any]) -> str:
+    """One line for an agent: the job's state, the phase its worker reported and how far it got."""
+    progress = status.get("progress") or {}
+    done, total, phase = progress.get("done"), progress.get("total"), progress.get("message")
+    text = status["status"] + (f": {phase}" if phase else "")
+    if isinstance(done, (int, float)) and isinstance(total, (int, float)) and total > 0:
+        text += f" ({min(done / total, 1.0):.0%})"
+    return text
+
+
+def poll_after(status: dict[str, Any], now: float | None = None) -> float:
+    """Seconds until a poll is worth making: a quarter of the expected time left at the rate so far,
+    within MIN_POLL_S..MAX_POLL_S (MIN while cancelling or queued, a middle value without a rate)."""
+    if status["status"] in (CANCELLING, "queued"):
+        return MIN_POLL_S
+    progress = status.get("progress") or {}
+    done, total = progress.get("done"), progress.get("total")
+    started = status.get("started_at") or status.get("created_at")
+    elapsed = (now or _now()) - started if started else 0.0
+    if not (isinstance(done, (int, float)) and isinstance(total, (int, float)) and done > 0 and elapsed > 0):
+        return DEFAULT_POLL_S
+    left = max(total - done, 0) * elapsed / done
+    return round(min(max(left / 4, MIN_POLL_S), MAX_POLL_S), 1)
 
 
 class Jobs:
@@ -134,12 +168,15 @@ class Jobs:
             return None
 
     def cancel(self, job_id: str) -> dict[str, Any]:
+        """Stop the job's whole process tree: the status reads `cancelling` (so any server polling it sees the
+        cancel at once) until no process of the job is left, then `cancelled`."""
         status = self.get(job_id)
         if status["status"] in FINAL_STATES:
             return status
+        self._set_open(job_id, status=CANCELLING, cancel_requested_at=_now())
         stop_job_processes(job_id)
         self._remove_scratch(job_id)
-        return self._finish_if_open(job_id, "cancelled", error={"code": "failed", "message": "cancelled on request"})
+        return self._finish_if_open(job_id, "cancelled", error=CANCELLED_ERROR)
 
     def reap_stale(self) -> builtins.list[str]:
         """Stop what is left of jobs whose worker stopped beating; a live job is never touched."""
@@ -154,6 +191,10 @@ class Jobs:
                 continue
             stop_job_processes(status["id"])
             self._remove_scratch(status["id"])
+            if status["status"] == CANCELLING:  # the canceller went away before it finished
+                self._finish_if_open(status["id"], "cancelled", error=CANCELLED_ERROR)
+                reaped.append(status["id"])
+                continue
             self._finish_if_open(
                 status["id"],
                 "lost",
@@ -177,6 +218,15 @@ class Jobs:
                 if path.name.endswith(".old") and (path / "old").is_dir() and not target.exists():
                     os.replace(path / "old", target)
                 shutil.rmtree(path, ignore_errors=True)
+
+    def _set_open(self, job_id: str, **fields: Any) -> dict[str, Any]:
+        def change(current: dict[str, Any] | None) -> dict[str, Any]:
+            current = dict(current or {"id": job_id})
+            if current.get("status") not in FINAL_STATES:
+                current.update(fields)
+            return current
+
+        return self.store.update(self._status_path(job_id), change)
 
     def _finish_if_open(self, job_id: str, state: str, **fields: Any) -> dict[str, Any]:
         def change(current: dict[str, Any] | None) -> dict[str, Any]:
