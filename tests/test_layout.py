@@ -31,7 +31,7 @@ ALLOWED = {
 }
 """Which core packages each may import (the dependency order of core/__init__.py)."""
 
-TOOL_SHARED = {"spec", "dispatch", "arguments"}
+TOOL_SHARED = {"spec", "dispatch", "arguments", "output"}
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60
 MAX_ENTRY_BODY_LINES = 40

@@ -38,8 +38,9 @@ REVIEW_CALLS: dict[str, list[dict[str, Any]]] = {
         {},
         {"action": "list", "limit": 1},
         {"action": "status", "job_id": "j-0123456789abcdef"},
-        {"action": "cancel", "job_id": "j-0123456789abcdef"},
+        {"action": "result", "job_id": "j-0123456789abcdef"},
     ],
+    "cancel_job": [{"job_id": "j-0123456789abcdef"}],
     "environment": [
         {"action": "show"},
         {"action": "show", "subject": "index"},
@@ -169,15 +170,17 @@ def test_input_fields_with_default_factory_and_description_register(mode: str, t
     assert empty.structured_content["count"] == 0 and two.structured_content["count"] == 2
 
 
-def test_jobs_returns_structured_content_and_its_json_copy(mode: str, tmp_path: Path) -> None:
+def test_jobs_returns_structured_content_and_its_compact_json_copy(mode: str, tmp_path: Path) -> None:
     server = build_server(runtime_for(tmp_path))
     result = run_client(server, mode, lambda c: c.call_tool("jobs", {"action": "list"}))
     assert not result.is_error
     structured = result.structured_content
     assert structured["result_id"].startswith("r-")
-    assert structured["jobs"] == [] and structured["total"] == 0
+    # an empty list is not sent (tools/output.py compact); a count is, zero included
+    assert "jobs" not in structured and structured["total"] == 0
     texts = [c.text for c in result.content if c.type == "text"]
     assert len(texts) == 1 and json.loads(texts[0]) == structured
+    assert texts[0] == json.dumps(structured, separators=(",", ":"), ensure_ascii=False)
     assert (tmp_path / "state" / "results" / f"{structured['result_id']}.json").is_file()
 
 
@@ -281,6 +284,41 @@ def test_job_progress_reaches_the_client(mode: str, tmp_path: Path, monkeypatch:
     assert not result.is_error, result.content
     assert result.structured_content["steps"] == 4
     assert seen, "progress notifications were sent while the call was open"
+
+
+def test_a_running_job_answers_only_its_small_shape(mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through a real client: `jobs` is read-only and `cancel_job` is not; polling a running job answers
+    {job, poll_after_s, resource} (no `jobs: []` beside it), the resource reads, and cancel_job stops it."""
+    with_tests_on_pythonpath(monkeypatch)
+    runtime = runtime_for(tmp_path)
+    server = build_server(runtime)
+    pidfile = tmp_path / "pids.json"
+    handle = runtime.jobs.start("test_job", "jobtargets:spawn_and_sleep", {"pidfile": str(pidfile), "seconds": 60})
+
+    async def body(client: Client) -> tuple[Any, ...]:
+        hints = {tool.name: tool.annotations.read_only_hint for tool in (await client.list_tools()).tools}
+        while not pidfile.exists():
+            await anyio.sleep(0.1)
+        polled = await client.call_tool("jobs", {"action": "status", "job_id": handle.job_id})
+        resource = await client.read_resource(polled.structured_content["resource"])
+        cancelled = await client.call_tool("cancel_job", {"job_id": handle.job_id})
+        return hints, polled, resource, cancelled
+
+    try:
+        hints, polled, resource, cancelled = run_client(server, mode, body)
+    finally:
+        kill_pids(pids_with_marker(handle.job_id))
+    assert hints["jobs"] is True and hints["cancel_job"] is False
+    sent = polled.structured_content
+    assert set(sent) == {"job", "poll_after_s", "resource", "result_id"}, sent
+    assert set(sent["job"]) == {"id", "status", "progress", "message"}, sent["job"]
+    assert sent["job"]["status"] == "running" and sent["job"]["message"].startswith("running: sleeping")
+    assert 2 <= sent["poll_after_s"] <= 10
+    assert json.loads(polled.content[0].text) == sent
+    document = json.loads(resource.contents[0].text)
+    assert document["id"] == handle.job_id and document["message"] == sent["job"]["message"]
+    assert cancelled.structured_content["job"]["status"] == "cancelled"
+    assert not pids_with_marker(handle.job_id)
 
 
 def test_review_mode_leaves_the_repository_byte_identical(mode: str, tmp_path: Path) -> None:

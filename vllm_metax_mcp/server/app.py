@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+from contextvars import ContextVar
 from typing import Annotated, Any
 
 import anyio
@@ -18,6 +19,7 @@ from mcp.server.mcpserver import (
 )
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, CallToolResult, TextContent, ToolAnnotations
+from mcp_types import Tool as MCPTool
 from pydantic import BaseModel, Field
 from pydantic.fields import FieldInfo
 
@@ -28,23 +30,33 @@ from ..prompts import register_prompts
 from ..resources import register_resources
 from ..tools import ALL_TOOLS, served_tools
 from ..tools.dispatch import invoke, parse_input
+from ..tools.output import sent
 from ..tools.spec import Runtime, ToolEnv, ToolSpec, UserAnswer
+from .schemas import input_schema, output_schema
 
 log = logging.getLogger("vllm_metax_mcp")
 
 REVIEW_MODE_RPC_CODE = -32003
 """JSON-RPC error code for a *writes* tool called in review mode (data.code is "review_mode")."""
 
+_CLIENT_ARGUMENTS: ContextVar[frozenset[str] | None] = ContextVar("client_arguments", default=None)
+"""The argument names of the tools/call being handled, as the client sent them."""
+
 ANSWER_PARAMETER = "user_answer"
 NOT_ASKED = "not_asked"
 
 INSTRUCTIONS = """\
 Tools for upgrading vLLM-MetaX model code to a newer upstream vLLM and for trimming checkpoints.
-Start with `environment` (action=show, then establish) to record the plugin repository, the
-upstream source, the target revision and the interpreter; later tools reuse that record.
-Every tool that reads plugin code takes an explicit subject: worktree, index (staged), revision,
-directory or installed. In review mode (--mode review) tools that write files are not offered
-and nothing in the reviewed repository changes. Long work returns a job id: poll it with `jobs`.
+Start with `environment` (action=show, then establish) to record the plugin repository
+(`plugin_repo`, relative to the first --root), the upstream source, the target revision and the
+interpreter; later tools reuse that record (`upstream`/`target` arguments override it).
+`subject` says which plugin code a tool reads: worktree (files on disk), index (the staged
+snapshot), revision (with `revision`: a commit, tag or branch), directory (with `directory`: a plain
+source tree) or installed (where the recorded interpreter imports vllm_metax from).
+In review mode (--mode review) tools that write files are not offered and nothing in the reviewed
+repository changes. Results are compact JSON of at most 20,000 characters: a longer list is paged
+(pass `next_cursor` back as `cursor`), and `next_step` names the call to make next. Long work
+answers with a job: poll it with `jobs` after `poll_after_s`; stop it with `cancel_job`.
 Cite `result_id` values of earlier results as evidence."""
 
 
@@ -58,7 +70,6 @@ def error_result(failure: ToolFailure) -> CallToolResult:
 def annotations_for(spec: ToolSpec) -> ToolAnnotations:
     """The effect class decides the hints; a tool adds only idempotence and destructiveness."""
     return ToolAnnotations(
-        title=spec.title,
         read_only_hint=spec.effect is Effect.READS,
         destructive_hint=spec.destructive if spec.effect is Effect.WRITES else False,
         idempotent_hint=spec.idempotent,
@@ -117,11 +128,16 @@ def _handler(spec: ToolSpec, runtime: Runtime):
             await ctx.report_progress(done, total, message)
 
         outcome = arguments.pop(ANSWER_PARAMETER, None)
+        sent_by_client = _CLIENT_ARGUMENTS.get()
+        if sent_by_client is not None:  # the SDK fills in every default; a tool sees what the client sent
+            arguments = {name: value for name, value in arguments.items() if name in sent_by_client}
         env = ToolEnv(runtime=runtime, tool=spec.name, progress=progress, user_answer=_user_answer(outcome))
         try:
-            return await invoke(spec, arguments, env)
+            output = await invoke(spec, arguments, env)
         except ToolFailure as failure:
             return error_result(failure)
+        reply = sent(output)
+        return CallToolResult(content=[TextContent(type="text", text=reply.text)], structured_content=reply.structured)
 
     parameters = [
         inspect.Parameter(
@@ -160,18 +176,44 @@ def _policy_middleware(served: set[str], tools: tuple[ToolSpec, ...]):
                     message=f"Unknown tool: {name!r}. Call tools/list for the tools this server offers.",
                     data={"code": ErrorCode.NOT_FOUND.value},
                 )
+            arguments = (ctx.params or {}).get("arguments") or {}
             try:  # our own validation first, so a bad argument is a bad_input error, not pydantic's text
-                parse_input(known[name], (ctx.params or {}).get("arguments") or {})
+                parse_input(known[name], arguments)
             except ToolFailure as failure:
                 return error_result(failure)
+            token = _CLIENT_ARGUMENTS.set(frozenset(arguments))
+            try:
+                return await call_next(ctx)
+            finally:
+                _CLIENT_ARGUMENTS.reset(token)
         return await call_next(ctx)
 
     return middleware
 
 
+class ToolServer(MCPServer):
+    """The SDK's server, listing each tool with its lean schemas (server/schemas.py)."""
+
+    def __init__(self, tools: tuple[ToolSpec, ...], *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._lean = {t.name: (input_schema(t.input_model), output_schema(t.output_model)) for t in tools}
+
+    async def list_tools(self) -> list[MCPTool]:
+        listed = await super().list_tools()
+        return [
+            tool.model_copy(
+                update={"input_schema": self._lean[tool.name][0], "output_schema": self._lean[tool.name][1]}
+            )
+            if tool.name in self._lean
+            else tool
+            for tool in listed
+        ]
+
+
 def build_server(runtime: Runtime, tools: tuple[ToolSpec, ...] = ALL_TOOLS) -> MCPServer:
     served = served_tools(runtime.policy.mode, tools)
-    server = MCPServer(
+    server = ToolServer(
+        served,
         "vllm-metax-mcp",
         title="vLLM-MetaX upgrade and trim tools",
         instructions=INSTRUCTIONS,

@@ -4,25 +4,36 @@ input validation, jobs and result ids behave the same whichever way a tool is re
 
 from __future__ import annotations
 
+import difflib
 import errno
+import functools
 import inspect
 import logging
 import math
+from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
-import anyio.to_process
 from pydantic import BaseModel, ValidationError
 
 from ..core.foundation.errors import ErrorCode, ToolFailure, bad_input
-from ..core.foundation.jobs import JobHandle
+from ..core.foundation.jobs import JobHandle, job_resource, poll_after, progress_message
+from ..core.foundation.policy import Effect, writes_refused
+from ..core.foundation.process_call import run_in_process
+from ..core.foundation.progress import Monotonic
 from ..core.foundation.results import record_result
 from ..core.foundation.safe_load import check_arguments
 from .spec import JobInfo, ToolEnv, ToolSpec
 
 JOB_WAIT_S = 20.0
 """How long a call waits for its job before answering with the job's id and progress."""
+PERCENT = 100.0
+"""The total of a worker call's progress: its phases' fraction done, in percent."""
+WORKER_PRELOAD = ("vllm_metax_mcp.tools",)
+"""Imported once by the worker forkserver, so a worker call starts without importing the tools."""
+T = TypeVar("T")
 
 log = logging.getLogger("vllm_metax_mcp")
 
@@ -30,11 +41,25 @@ log = logging.getLogger("vllm_metax_mcp")
 def parse_input(spec: ToolSpec, raw: dict[str, Any]) -> BaseModel:
     """The tool's input model from raw arguments, after the input limits (core/foundation/safe_load.py)."""
     check_arguments(raw, spec.name)
+    _refuse_unknown(spec, raw)
     try:
         return spec.input_model.model_validate(raw)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors())
         raise ToolFailure(ErrorCode.BAD_INPUT, f"Invalid arguments for {spec.name}: {problems}.") from None
+
+
+def _refuse_unknown(spec: ToolSpec, raw: dict[str, Any]) -> None:
+    """An argument the tool does not take is a mistake (a typo, an old name), never silently dropped."""
+    known = {info.alias or name for name, info in spec.input_model.model_fields.items()}
+    unknown = sorted(set(raw) - known)
+    if not unknown:
+        return
+    hints = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, sorted(known), n=1)
+        hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    raise bad_input(f"{spec.name} takes no argument {', '.join(hints)}; it takes: {', '.join(sorted(known))}.")
 
 
 async def invoke(spec: ToolSpec, raw: dict[str, Any], env: ToolEnv, *, job_wait_s: float = JOB_WAIT_S) -> BaseModel:
@@ -77,29 +102,80 @@ def unexpected_failure(tool: str, exc: BaseException) -> ToolFailure:
 async def _invoke(spec: ToolSpec, raw: dict[str, Any], env: ToolEnv, job_wait_s: float) -> BaseModel:
     env.policy.require_mode_allows(spec.effect, spec.name)
     arguments = parse_input(spec, raw)
+    progress = Monotonic(env.progress) if env.progress else None  # one increasing sequence per call
     if inspect.iscoroutinefunction(spec.run):
-        output = await spec.run(arguments, env)
+        with writes_refused(spec.name) if spec.effect is not Effect.WRITES else nullcontext():
+            output = await spec.run(arguments, env)
     elif spec.cpu_heavy:
-        output = await anyio.to_process.run_sync(spec.run, arguments, replace(env, progress=None), cancellable=True)
+        output = await run_in_worker(spec, arguments, env, progress)
     else:
-        output = await anyio.to_thread.run_sync(spec.run, arguments, env, abandon_on_cancel=True)
+        output = await anyio.to_thread.run_sync(guarded(spec), arguments, env, abandon_on_cancel=True)
     if isinstance(output, JobHandle):
-        output = await settle_job(spec, output.job_id, env, job_wait_s)
+        output = await settle_job(spec, output.job_id, env, job_wait_s, progress)
     output.result_id = record_result(
         env.store, spec.name, arguments.model_dump(mode="json"), output.model_dump(mode="json")
     )
     return output
 
 
-async def settle_job(spec: ToolSpec, job_id: str, env: ToolEnv, wait_s: float) -> BaseModel:
-    """Wait a bounded time for a job: its final output, its failure, or its id and progress."""
+def guarded(spec: ToolSpec) -> Callable[[BaseModel, ToolEnv], Any]:
+    """The tool's work as it runs in a thread or worker: a tool that does not write cannot ask for an output."""
+    if spec.effect is Effect.WRITES:
+        return spec.run
+    return functools.update_wrapper(functools.partial(run_reading, spec.name, spec.run), spec.run)
 
-    async def forward(progress: dict[str, Any]) -> None:
-        if env.progress:
-            await env.progress(progress.get("done", 0), progress.get("total"), progress.get("message"))
+
+def run_reading(tool: str, run: Callable[[BaseModel, ToolEnv], Any], arguments: BaseModel, env: ToolEnv) -> Any:
+    with writes_refused(tool):
+        return run(arguments, env)
+
+
+async def run_in_worker(spec: ToolSpec, arguments: BaseModel, env: ToolEnv, progress: Monotonic | None) -> Any:
+    """A cpu_heavy tool in a worker process of its own (core/foundation/process_call.py): the phases it
+    reports reach the client as percent, at least every HEARTBEAT_S; a cancel stops the worker's tree."""
+
+    async def forward(value: float, ceiling: float, message: str) -> None:
+        if progress is not None:
+            await progress.report(value * PERCENT, PERCENT, message, ceiling * PERCENT)
+
+    if progress is not None:
+        await progress.report(0, PERCENT, "starting the worker")  # the heartbeat's first value
+    work = run_in_process(guarded(spec), (arguments, replace(env, progress=None)), forward, WORKER_PRELOAD)
+    return await with_heartbeat(progress, work)
+
+
+async def with_heartbeat(progress: Monotonic | None, work: Awaitable[T]) -> T:
+    """`await work`, while `progress` re-sends its last value (a little higher) whenever it falls silent."""
+    if progress is None:
+        return await work
+    failure: Exception | None = None
+    async with anyio.create_task_group() as group:
+        group.start_soon(progress.heartbeat)
+        try:
+            result = await work
+        except Exception as exc:  # raised below, outside the group, as itself (not an exception group)
+            failure = exc
+        group.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+    return result
+
+
+async def settle_job(spec: ToolSpec, job_id: str, env: ToolEnv, wait_s: float, progress: Monotonic | None) -> BaseModel:
+    """Wait a bounded time for a job: its final output, its failure, or its id and progress (in percent where
+    the job has a total; strictly increasing whatever the job's own counts do; re-sent while it is silent)."""
+
+    async def forward(reported: dict[str, Any]) -> None:
+        done, total = reported.get("done") or 0, reported.get("total")
+        if progress is not None and total:
+            await progress.report(done / total * PERCENT, PERCENT, reported.get("message"))
+        elif progress is not None:
+            await progress.report(done, None, reported.get("message"))
 
     try:
-        status = await env.jobs.wait(job_id, wait_s if math.isfinite(wait_s) else 10**9, forward)
+        status = await with_heartbeat(
+            progress, env.jobs.wait(job_id, wait_s if math.isfinite(wait_s) else 10**9, forward)
+        )
     except anyio.get_cancelled_exc_class():
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(env.jobs.cancel, job_id)
@@ -108,6 +184,8 @@ async def settle_job(spec: ToolSpec, job_id: str, env: ToolEnv, wait_s: float) -
 
 
 def job_outcome(spec: ToolSpec, status: dict[str, Any]) -> BaseModel:
+    """A finished job's output or failure; a job still running answers in the small shape the client gets instead
+    of the output: the job (id, state, progress, a line saying where it is), when to poll again, its resource."""
     if status["status"] == "succeeded":
         return spec.output_model.model_validate(status.get("result") or {})
     if status["status"] in ("failed", "cancelled", "lost"):
@@ -120,4 +198,9 @@ def job_outcome(spec: ToolSpec, status: dict[str, Any]) -> BaseModel:
         raise ToolFailure(
             code, f"Job {status['id']} {status['status']}: {error.get('message', 'no detail')}", job_id=status["id"]
         )
-    return spec.output_model(job=JobInfo(id=status["id"], status=status["status"], progress=status.get("progress")))
+    job = JobInfo(
+        id=status["id"], status=status["status"], progress=status.get("progress"), message=progress_message(status)
+    )
+    fields = {"job": job, "poll_after_s": poll_after(status), "resource": job_resource(status["id"])}
+    known = spec.output_model.model_fields  # an output with `job` but not JobOutput's other fields gets `job` only
+    return spec.output_model(**{name: value for name, value in fields.items() if name in known})

@@ -28,21 +28,32 @@ ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
 UserAnswer = Literal["accepted", "declined", "not_asked"]
 
 
+class NextCall(BaseModel):
+    """The exact call an agent should make next, and why."""
+
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    why: str
+
+
 class ToolOutput(BaseModel):
     result_id: str = Field(default="", description="Cite this id as tool_result evidence.")
+    next_step: NextCall | None = Field(default=None, description="The call to make next (tool, arguments, why).")
 
 
 class JobInfo(BaseModel):
     id: str
-    status: Literal["queued", "running", "succeeded", "failed", "cancelled", "lost"]
+    status: Literal["queued", "running", "cancelling", "succeeded", "failed", "cancelled", "lost"]
     progress: dict[str, Any] | None = None
+    message: str | None = None
 
 
 class JobOutput(ToolOutput):
     job: JobInfo | None = Field(
-        default=None,
-        description="Set while the work still runs: poll it with the jobs tool; the other fields are empty until then.",
+        default=None, description="Set while the work runs; nothing else is: poll `jobs` after poll_after_s."
     )
+    poll_after_s: float | None = None
+    resource: str | None = Field(default=None, description="The job's status resource URI.")
 
 
 @dataclass(frozen=True)

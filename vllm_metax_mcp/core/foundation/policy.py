@@ -7,7 +7,9 @@ Three rules live here and nowhere else:
 
 - every file the server reads is checked after resolution (`readable`, `read_bytes`,
   `readable_entries` for a directory another process will read), so a symlink — the file itself,
-  a parent directory, a hub-cache snapshot link — never leads outside the readable places;
+  a parent directory, a hub-cache snapshot link — never leads outside the readable places: the read
+  roots, the output roots (so what a trim wrote can be inspected and smoke-tested by the same server;
+  reading never makes anything writable, which only `writable` decides) and the readable-only places;
 - an output is a new directory strictly inside an output root (never the root itself, never above
   one), so its staging siblings lie inside the root too; it may replace an existing path only when
   that path is an earlier output of this server that the state directory recorded writing (a marker
@@ -24,7 +26,9 @@ import errno
 import os
 import shutil
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -68,6 +72,20 @@ class FileTooLarge(ValueError):
     def __init__(self, size: int) -> None:
         super().__init__(f"{size} bytes")
         self.size = size
+
+
+_WRITES_REFUSED: ContextVar[str | None] = ContextVar("writes_refused", default=None)
+"""The tool whose call is running, where that tool's effect class is not *writes*."""
+
+
+@contextmanager
+def writes_refused(tool: str) -> Iterator[None]:
+    """Run a call of a reads/validates tool: `Policy.writable` refuses everything inside it."""
+    token = _WRITES_REFUSED.set(tool)
+    try:
+        yield
+    finally:
+        _WRITES_REFUSED.reset(token)
 
 
 @dataclass
@@ -213,13 +231,13 @@ class Policy:
             return resolved
         raise ToolFailure(
             ErrorCode.OUTSIDE_ROOTS,
-            f"{self.display(path)} is outside the server's roots (after following symlinks); start the server with "
-            "--root covering it.",
+            f"{self.display(path)} is outside the server's roots and output roots (after following symlinks); start "
+            "the server with --root covering it.",
         )
 
     def is_readable(self, resolved: Path) -> bool:
-        """Whether an already resolved path lies in a read root or a readable place."""
-        return any(is_within(resolved, r) for r in [*self.roots, *self.readable_extra])
+        """Whether an already resolved path lies in a read root, an output root or a readable place."""
+        return any(is_within(resolved, r) for r in [*self.roots, *self.output_roots, *self.readable_extra])
 
     def open_readable(self, path: str | os.PathLike[str]) -> BinaryIO:
         """A file the server reads, opened after the root check on its resolved path (see open_resolved)."""
@@ -271,7 +289,15 @@ class Policy:
         """Resolve an output path (it may not exist yet); refuse outside output roots or into protected trees.
 
         An output is a directory strictly inside an output root (`output_place`). With `overwrite`, an
-        existing path is accepted only when it may be replaced (`replaceable`)."""
+        existing path is accepted only when it may be replaced (`replaceable`). Inside a call of a tool
+        that does not write (`writes_refused`), nothing is writable: output roots are readable to every
+        tool, so this is what keeps a read tool from writing into one."""
+        refusing = _WRITES_REFUSED.get()
+        if refusing is not None:
+            raise ToolFailure(
+                ErrorCode.FAILED,
+                f"{refusing} does not write files, yet asked for an output path; this is a server bug.",
+            )
         shown = self.display(path)
         target = _resolve_nonexistent(self._absolute(path), shown)
         if not any(is_within(target, r) for r in self.output_roots):
