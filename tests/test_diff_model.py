@@ -11,7 +11,6 @@ files and deleted a classic model, and added a `cpu/` platform branch.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import shutil
 import subprocess
@@ -25,10 +24,13 @@ from workbench import build_plugin_repo, build_upstream_history, default_maca_ed
 from vllm_metax_mcp.core.code.module_index import ModuleIndex, RecordCache
 from vllm_metax_mcp.core.compare.affixes import VendorAffixes
 from vllm_metax_mcp.core.compare.family import SubdirKind, family_layout
+from vllm_metax_mcp.core.compare.model_diff import DEFAULT_LIMITS
+from vllm_metax_mcp.core.foundation.results import RESULT_BUDGET
 from vllm_metax_mcp.core.foundation.state import StateStore
 from vllm_metax_mcp.core.sources.subjects import DirectorySubject
 from vllm_metax_mcp.tools import diff_model as tool
 from vllm_metax_mcp.tools.dispatch import invoke
+from vllm_metax_mcp.tools.output import text_of
 from vllm_metax_mcp.tools.spec import Runtime, ToolEnv
 
 pytestmark = pytest.mark.slow
@@ -112,11 +114,27 @@ def workspace(tmp_path_factory: pytest.TempPathFactory, upstream_026: Path, upst
     }
 
 
-def run(ws: dict[str, Any], mode: str = "edit", **arguments: Any) -> Any:
+def page(ws: dict[str, Any], mode: str = "edit", **arguments: Any) -> Any:
+    """One page, as a call with these arguments answers it."""
     runtime = Runtime.create([str(ws["root"])], mode=mode, state_dir=str(ws["state"]))
     env = ToolEnv(runtime=runtime, tool="diff_model")
     defaults = {"plugin_repo": "plugin", "upstream": "vllm", "target": "v0.26.0", "paths": PATHS, "limit": 500}
-    return anyio.run(lambda: invoke(tool.SPEC, {**defaults, **arguments}, env))
+    output = anyio.run(lambda: invoke(tool.SPEC, {**defaults, **arguments}, env))
+    assert len(text_of(output)) <= RESULT_BUDGET
+    return output
+
+
+def run(ws: dict[str, Any], mode: str = "edit", **arguments: Any) -> Any:
+    """Every page of a pair listing as one result (pairs of all pages, the rest from the first page);
+    other details: one page."""
+    first = output = page(ws, mode, **arguments)
+    if arguments.get("detail", "summary") not in ("summary", "symbols", "releases"):
+        return first
+    pairs = list(first.pairs)
+    while output.next_cursor:
+        output = page(ws, mode, **arguments, cursor=output.next_cursor)
+        pairs += output.pairs
+    return first.model_copy(update={"pairs": pairs, "next_cursor": None})
 
 
 @pytest.fixture(scope="module")
@@ -463,14 +481,17 @@ def test_malformed_python_is_reported_per_file_on_either_side(
 
 def test_diff_detail_pages_one_unified_diff(workspace: dict[str, Any]) -> None:
     full = run(workspace, detail="diff", file=f"{PKG}/attention.py")
-    assert full.diff[:2] == [f"--- a/{V4}/attention.py", f"+++ b/{PKG}/attention.py"]
-    assert '-    if kv_cache_dtype.startswith("fp8"):' in full.diff
-    assert full.total == len(full.diff) and full.next_cursor is None
+    lines = full.diff.splitlines()
+    assert lines[:2] == [f"--- a/{V4}/attention.py", f"+++ b/{PKG}/attention.py"]
+    assert '-    if kv_cache_dtype.startswith("fp8"):' in lines
+    assert full.total == len(lines) and full.next_cursor is None
     assert [p.local for p in full.pairs] == [f"{PKG}/attention.py"] and full.pairs[0].symbols is not None
     assert full.target_only == []  # about the whole comparison, not this file
     first = run(workspace, detail="diff", file=f"{PKG}/attention.py", limit=10)
     second = run(workspace, detail="diff", file=f"{PKG}/attention.py", limit=10, cursor=first.next_cursor)
-    assert first.diff + second.diff == full.diff[:20]
+    assert (first.diff + second.diff).splitlines() == lines[:20]
+    assert first.next_step.arguments["cursor"] == first.next_cursor
+    assert second.pairs == []  # the pair and its symbols: first page only
     by_upstream = run(workspace, detail="diff", file=f"{V4}/attention.py")
     assert by_upstream.diff == full.diff
     for file, code in ((f"{PKG}/maca_utils.py", "bad_input"), (f"{PKG}/nope.py", "not_found")):
@@ -483,22 +504,30 @@ def test_diff_detail_pages_one_unified_diff(workspace: dict[str, Any]) -> None:
 
 
 def test_pairs_are_paged_with_cursors_bound_to_the_inputs(workspace: dict[str, Any]) -> None:
-    first = run(workspace, limit=6)
-    second = run(workspace, limit=6, cursor=first.next_cursor)
+    first = page(workspace, limit=6)
+    second = page(workspace, limit=6, cursor=first.next_cursor)
     assert len(first.pairs) == 6 and first.total == len(PAIRING_026)
     assert [p.local for p in first.pairs + second.pairs] == sorted(PAIRING_026)[:12]
     with pytest.raises(Exception) as refused:
-        run(workspace, limit=6, cursor=first.next_cursor, target="v0.33.0")
+        page(workspace, limit=6, cursor=first.next_cursor, target="v0.33.0")
     assert refused.value.code.value == "bad_input"
 
 
 def test_default_results_stay_small(workspace: dict[str, Any]) -> None:
     for detail in ("summary", "symbols"):
-        result = run(workspace, target="v0.33.0", limit=None, detail=detail)
-        assert len(json.dumps(result.model_dump(mode="json"))) < 20_000, detail
-        assert result.next_cursor or result.total <= tool.DEFAULT_LIMITS[detail]
-    diff = run(workspace, target="v0.33.0", limit=None, detail="diff", file=f"{PKG}/model.py")
-    assert len(json.dumps(diff.model_dump(mode="json"))) < 20_000 and diff.next_cursor
+        result = page(workspace, target="v0.33.0", limit=None, detail=detail)  # page() checks the budget
+        assert result.next_cursor or result.total <= DEFAULT_LIMITS[detail]
+        changed = next(p.local for p in result.pairs if p.status == "changed")
+        assert result.next_step.arguments == {
+            "plugin_repo": "plugin",
+            "upstream": "vllm",
+            "target": "v0.33.0",
+            "paths": PATHS,
+            "detail": "diff",
+            "file": changed,
+        }
+    diff = page(workspace, target="v0.33.0", limit=None, detail="diff", file=f"{PKG}/model.py")
+    assert bool(diff.next_cursor) == (len(diff.diff.splitlines()) < diff.total)
 
 
 def test_a_revision_subject_compares_that_snapshot(workspace: dict[str, Any]) -> None:

@@ -11,7 +11,6 @@ place of an FP8 one, import swaps, and untouched functions the target changed or
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess
@@ -29,8 +28,11 @@ from workbench import (
     upstream_source,
 )
 
+from vllm_metax_mcp.core.compare.model_diff import DEFAULT_LIMITS
+from vllm_metax_mcp.core.foundation.results import RESULT_BUDGET
 from vllm_metax_mcp.tools import diff_model as tool
 from vllm_metax_mcp.tools.dispatch import invoke
+from vllm_metax_mcp.tools.output import text_of
 from vllm_metax_mcp.tools.spec import Runtime, ToolEnv
 
 pytestmark = pytest.mark.slow
@@ -182,7 +184,8 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"root": root, "plugin": plugin, "history": history, "state": root / "state", "trees": trees}
 
 
-def run(ws: dict[str, Any], **arguments: Any) -> Any:
+def page(ws: dict[str, Any], **arguments: Any) -> Any:
+    """One page, as a call with these arguments answers it (within the result budget)."""
     runtime = Runtime.create([str(ws["root"])], state_dir=str(ws["state"]))
     env = ToolEnv(runtime=runtime, tool="diff_model")
     defaults = {
@@ -192,7 +195,20 @@ def run(ws: dict[str, Any], **arguments: Any) -> Any:
         "releases": RELEASES,
         "mapping_overrides": {f"{PKG}/__init__.py": None},  # the plugin's own package init
     }
-    return anyio.run(lambda: invoke(tool.SPEC, {**defaults, **arguments}, env))
+    output = anyio.run(lambda: invoke(tool.SPEC, {**defaults, **arguments}, env))
+    assert len(text_of(output)) <= RESULT_BUDGET
+    return output
+
+
+def run(ws: dict[str, Any], **arguments: Any) -> Any:
+    """Every page as one result: the pairs (or matrix rows) of all pages, the rest from the first."""
+    first = output = page(ws, **arguments)
+    listed = "matrix" if arguments.get("detail") == "matrix" else "pairs"
+    found = list(getattr(first, listed))
+    while output.next_cursor:
+        output = page(ws, **arguments, cursor=output.next_cursor)
+        found += getattr(output, listed)
+    return first.model_copy(update={listed: found, "next_cursor": None})
 
 
 @pytest.fixture(scope="module")
@@ -391,17 +407,16 @@ def test_every_row_is_keyed_once_and_every_file_evidence_points_at_a_line(
 
 
 def test_matrix_pages_stay_small_and_concatenate(workspace: dict[str, Any], matrix: Any) -> None:
-    first = run(workspace, detail="matrix")
-    assert len(json.dumps(first.model_dump(mode="json"))) < 20_000
-    assert len(first.matrix) == tool.DEFAULT_LIMITS["matrix"] and first.next_cursor and first.total == matrix.total
-    second = run(workspace, detail="matrix", cursor=first.next_cursor)
+    first = page(workspace, detail="matrix")  # page() checks the result budget
+    assert len(first.matrix) <= DEFAULT_LIMITS["matrix"] and first.next_cursor and first.total == matrix.total
+    second = page(workspace, detail="matrix", cursor=first.next_cursor)
     assert [r.model_dump() for r in first.matrix + second.matrix] == [
         r.model_dump() for r in matrix.matrix[: 2 * len(first.matrix)]
     ]
     one = run(workspace, detail="matrix", file=f"{PKG}/attention.py", limit=tool.MAX_ROWS)
     assert {r.local for r in one.matrix} == {f"{PKG}/attention.py"}
-    summary = run(workspace, detail="releases")
-    assert len(json.dumps(summary.model_dump(mode="json"))) < 20_000
+    summary = page(workspace, detail="releases")
+    assert summary.families and summary.pairs
 
 
 def test_without_releases_the_target_is_the_base(workspace: dict[str, Any]) -> None:

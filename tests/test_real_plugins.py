@@ -92,8 +92,13 @@ def paired(factory: pytest.TempPathFactory, archive: str, upstream: Path, models
     assert PLUGINS is not None
     repo = snapshot_repo(PLUGINS / archive, root)
     state = factory.mktemp("real-plugins-state")
-    result = call(root, upstream, state, plugin_repo=str(repo), paths=[f"{models}/"], detail="symbols", limit=500)
-    return {"result": result, "pairs": {p.local: p for p in result.pairs}}
+    arguments = {"plugin_repo": str(repo), "paths": [f"{models}/"], "detail": "symbols", "limit": 500}
+    result = page = call(root, upstream, state, **arguments)
+    pairs = list(result.pairs)
+    while page.next_cursor:  # pages end at the result budget
+        page = call(root, upstream, state, **arguments, cursor=page.next_cursor)
+        pairs += page.pairs
+    return {"result": result, "pairs": {p.local: p for p in pairs}}
 
 
 @pytest.fixture(scope="module")

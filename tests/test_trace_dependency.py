@@ -45,10 +45,13 @@ def workspace(tmp_path_factory: pytest.TempPathFactory, upstream_026: Path, upst
 
 
 def trace(ws: dict[str, Any], mode: str = "edit", **arguments: Any) -> Any:
+    """One page of the inventory (or of `section`; the summary takes no limit)."""
     runtime = Runtime.create([str(ws["root"])], mode=mode, state_dir=str(ws["state"]))
     env = ToolEnv(runtime=runtime, tool="trace_dependency")
-    defaults = {"plugin_repo": "plugin", "upstream": "vllm", "target": "v0.26.0", "arch": ARCH, "limit": 1000}
-    return anyio.run(lambda: invoke(tool.SPEC, {**defaults, **arguments}, env))
+    arguments = {"section": "inventory", **arguments}
+    paging = {} if arguments["section"] == "summary" else {"limit": 1000}
+    defaults = {"plugin_repo": "plugin", "upstream": "vllm", "target": "v0.26.0", "arch": ARCH}
+    return anyio.run(lambda: invoke(tool.SPEC, {**defaults, **paging, **arguments}, env))
 
 
 def rows(result: Any) -> dict[str, Any]:
@@ -97,24 +100,23 @@ def test_walk_takes_the_out_of_tree_branch_and_records_the_others(workspace: dic
 
 
 def test_the_cpu_branch_of_a_later_release_is_conditional_not_taken(workspace: dict[str, Any]) -> None:
-    found = rows(trace(workspace, target="v0.33.0", depth=2, view="full"))
+    found = all_rows(workspace, target="v0.33.0", depth=2, view="full")
     assert found["vllm.models.deepseek_v4.cpu.model"].branch == "not_taken"
     assert found["vllm.models.deepseek_v4.nvidia.model"].branch == "taken"
 
 
 def test_platform_answers_can_be_overridden(workspace: dict[str, Any]) -> None:
-    found = rows(trace(workspace, depth=1, platform_answers={"is_rocm": True}, view="full"))
+    found = all_rows(workspace, depth=1, platform_answers={"is_rocm": True}, view="full")
     assert found["vllm.models.deepseek_v4.amd.model"].branch == "taken"
     assert found["vllm.models.deepseek_v4.nvidia.model"].branch == "not_taken"
 
 
 def test_unreferenced_plugin_file_is_inactive(workspace: dict[str, Any]) -> None:
-    assert trace(workspace, depth=2).inactive == ["vllm_metax/models/deepseek_v4/unused_kernel.py"]
+    assert trace(workspace, depth=2, section="summary").inactive == ["vllm_metax/models/deepseek_v4/unused_kernel.py"]
 
 
 def test_plugin_rows_carry_counterpart_and_difference_and_delta(workspace: dict[str, Any]) -> None:
-    result = trace(workspace, depth=1, base="v0.26.0", target="v0.33.0")
-    found = rows(result)
+    found = all_rows(workspace, depth=1, base="v0.26.0", target="v0.33.0")
     upstream_init = found["vllm.models.deepseek_v4"]
     assert upstream_init.upstream_delta is not None
     assert any(change.startswith(("changed:", "added:")) for change in upstream_init.upstream_delta)
@@ -129,7 +131,11 @@ def test_depth_bounds_the_walk_and_the_second_call_hits_the_cache(workspace: dic
 
 def test_consumers_of_a_shared_helper(workspace: dict[str, Any]) -> None:
     result = trace(
-        workspace, direction="consumers", symbol="vllm.models.deepseek_v4.compressor:DeepseekCompressor", depth=1
+        workspace,
+        direction="consumers",
+        symbol="vllm.models.deepseek_v4.compressor:DeepseekCompressor",
+        depth=1,
+        arch=None,
     )
     names = {row.name for row in result.inventory}
     assert "vllm.models.deepseek_v4.attention" in names
@@ -139,6 +145,7 @@ def test_consumers_of_a_shared_helper(workspace: dict[str, Any]) -> None:
 def test_paging_is_bound_to_the_inputs(workspace: dict[str, Any]) -> None:
     first = trace(workspace, depth=2, limit=10)
     assert len(first.inventory) == 10 and first.total > 10 and first.next_cursor
+    assert first.next_step.arguments["cursor"] == first.next_cursor
     second = trace(workspace, depth=2, limit=10, cursor=first.next_cursor)
     assert {r.name for r in second.inventory}.isdisjoint({r.name for r in first.inventory})
     with pytest.raises(Exception) as refused:
@@ -177,11 +184,11 @@ def test_cycles_terminate(tmp_path: Path) -> None:
         "upstream": str(root),
         "arch": "CycleForCausalLM",
         "depth": 50,
-        "view": "full",
     }
-    result = anyio.run(lambda: invoke(tool.SPEC, arguments, env))
+    result = anyio.run(lambda: invoke(tool.SPEC, {**arguments, "section": "inventory", "view": "full"}, env))
     assert {"vllm.a", "vllm.b", "vllm.a:A", "vllm.b:B"} <= {r.name for r in result.inventory}
-    assert any("No register_model call" in u for u in result.unknowns)
+    summary = anyio.run(lambda: invoke(tool.SPEC, arguments, env))
+    assert any("No register_model call" in u for u in summary.unknowns)
 
 
 def test_dispatch_evaluation_is_three_valued() -> None:

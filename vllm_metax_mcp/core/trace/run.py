@@ -12,6 +12,7 @@ from typing import Any, Literal
 from ..code.codebase import Codebase
 from ..code.module_index import ModuleIndex, RecordCache
 from ..code.overrides import find_overrides, override_facts
+from ..foundation.progress import phase
 from ..foundation.state import StateStore
 from ..sources.subjects import RevisionSubject, Subject
 from .annotations import annotate, plugin_packages, recorded_annotations
@@ -35,7 +36,20 @@ UPSTREAM_PREFIXES = ["vllm/"]
 
 Direction = Literal["dependencies", "consumers"]
 Section = Literal[
-    "inventory", "defects", "ops", "overrides", "patches", "kernels", "config_rewrites", "weight_loading", "inherited"
+    "summary",
+    "inventory",
+    "defects",
+    "ops",
+    "overrides",
+    "patches",
+    "kernels",
+    "config_rewrites",
+    "weight_loading",
+    "inherited",
+    "boundaries",
+    "unknowns",
+    "parse_errors",
+    "inactive",
 ]
 FINDING_SECTIONS = (
     "defects",
@@ -48,6 +62,8 @@ FINDING_SECTIONS = (
     "inherited",
 )
 """The sections that list findings of the checks (all but the inventory), as named on `Findings`."""
+NOTE_SECTIONS = ("unknowns", "parse_errors", "inactive")
+"""The sections that list plain text lines, as named on `Trace`."""
 NO_BASE = (
     "No base: no upstream interface can be verified stable, so the changes view stops at the upstream "
     "modules the plugin imports; pass base, or view=full."
@@ -121,16 +137,18 @@ def _dependencies(
     model = found_entry.model
     code = Codebase(index, {"plugin": trees.plugin, "upstream": trees.upstream}, first_party)
     model_packages = frozenset({model.plugin_module.split(".")[0]}) if model.plugin_module else packages
-    found = find_overrides(code, override_facts(store, code, model_packages), base_index)
+    with phase("finding the plugin's overrides", 0.33):
+        found = find_overrides(code, override_facts(store, code, model_packages), base_index)
     stop = {} if request.follow_owned else owned_modules(found, model.members(code))
     walk = walk_dependencies(index, found_entry.starts, first_party, request.depth, MAX_ROWS, stop)
     inactive = inactive_files(index, model.plugin_module, walk.names())
     history = None
     if isinstance(trees.base, RevisionSubject) and isinstance(trees.upstream, RevisionSubject):
         history = upstream_history(trees.upstream.repo, trees.base.commit, trees.upstream.commit, cache)
-    findings = check_path(
-        store, code, walk, found, stop, model, base_index, history, packages, probe(), base_tree=trees.base
-    )
+    with phase("checking the path", 0.62):
+        findings = check_path(
+            store, code, walk, found, stop, model, base_index, history, packages, probe(), base_tree=trees.base
+        )
     edges = walk_edges(index, walk, first_party, request.depth)
     assessment = assess(code, base_index, walk, edges, trees.base)
     unknowns = found_entry.unknowns + findings.unknowns
@@ -149,14 +167,16 @@ def run_trace(
     """The whole trace. `probe` is asked for the op probe's interpreter once the walk is done
     (dependencies only); `ledger` for the audit ledger whose annotations the rows carry."""
     cache = RecordCache(store, request.platform_answers)
-    index, base_index = _index(trees, cache)
+    with phase("indexing plugin and upstream modules", 0.3):
+        index, base_index = _index(trees, cache)
     packages = plugin_packages(index)
     if request.direction == "consumers":
         module, _, symbol = (request.symbol or "").partition(":")
         walk = consumers(index, module, symbol or None, request.depth, MAX_ROWS)
         trace = Trace(TraceEntry(), walk, Findings())
     else:
-        trace = _dependencies(store, trees, request, index, base_index, packages, cache, probe)
+        with phase("tracing dependencies", 0.97):
+            trace = _dependencies(store, trees, request, index, base_index, packages, cache, probe)
     annotate(trace.walk.rows, index, base_index, packages)
     recorded_annotations(trace.walk.rows, ledger())
     if trace.walk.truncated:
@@ -181,6 +201,8 @@ def _counts(trace: Trace) -> dict[str, int]:
     findings = trace.findings
     counts = {"inventory": len(trace.walk.rows), "inventory.changes": len(changes(trace))}
     counts.update({name: len(getattr(findings, name)) for name in FINDING_SECTIONS})
+    counts.update({name: len(getattr(trace, name)) for name in NOTE_SECTIONS})
+    counts["boundaries"] = len(trace.boundaries)
     for boundary in trace.boundaries:
         counts[f"boundaries.{boundary.kind}"] = counts.get(f"boundaries.{boundary.kind}", 0) + 1
     for defect in findings.defects:

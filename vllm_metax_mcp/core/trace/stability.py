@@ -360,13 +360,14 @@ def _plugin_imports(row: Row, rows: dict[str, Row]) -> bool:
     return any((importer := rows.get(name)) is not None and importer.side == "plugin" for name in row.importers)
 
 
-def summarise(boundaries: list[Boundary]) -> list[Boundary]:
+def summarise(boundaries: list[Boundary], every_kind: bool = False) -> list[Boundary]:
     """The boundaries of the `changes` view: components and stable interfaces as one entry per kind
-    and side (a count and the first names), the others each on its own."""
+    and side (a count and the first names), the others each on its own; `every_kind` groups them all
+    (a trace's summary)."""
     groups: dict[tuple[BoundaryKind, RowSide], list[Boundary]] = {}
     listed: list[Boundary] = []
     for boundary in boundaries:
-        if boundary.kind in SUMMARISED and boundary.side != "missing":
+        if every_kind or (boundary.kind in SUMMARISED and boundary.side != "missing"):
             groups.setdefault((boundary.kind, boundary.side), []).append(boundary)
         else:
             listed.append(boundary)
