@@ -20,12 +20,15 @@ from mcp import Client
 from workbench import build_plugin_repo, build_upstream_history, default_maca_edit, git
 
 from vllm_metax_mcp.core.audit.commits import is_production
+from vllm_metax_mcp.core.audit.session import DEFAULT_LIMITS
 from vllm_metax_mcp.core.foundation.errors import ToolFailure
+from vllm_metax_mcp.core.foundation.results import RESULT_BUDGET
 from vllm_metax_mcp.server.app import build_server
 from vllm_metax_mcp.tools import audit_commits as tool
 from vllm_metax_mcp.tools import environment as environment_tool
 from vllm_metax_mcp.tools import trace_dependency as trace_tool
 from vllm_metax_mcp.tools.dispatch import invoke
+from vllm_metax_mcp.tools.output import text_of
 from vllm_metax_mcp.tools.spec import Runtime, ToolEnv
 
 pytestmark = pytest.mark.slow
@@ -182,7 +185,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory, upstream_026: Path) -> d
 
 @pytest.fixture(scope="module")
 def listed(workspace: dict[str, Any]) -> Any:
-    return run(workspace, releases=RELEASES, limit=tool.MAX_LIMITS["commits"])
+    return run(workspace, releases=RELEASES, limit=tool.MAX_LIMIT)
 
 
 def by_sha(result: Any) -> dict[str, Any]:
@@ -328,17 +331,34 @@ def test_dependencies_widen_the_mapped_files(workspace: dict[str, Any]) -> None:
     assert {names[c.sha] for c in wide.commits} == {"moe", "before_move", "move", "after_move", "ernie"}
 
 
+def patch_pages(ws: dict[str, Any], **arguments: Any) -> list[Any]:
+    """Every page of a patch, following next_step (the same call with the cursor) to the end."""
+    pages = [run(ws, **arguments)]
+    while pages[-1].next_cursor:
+        assert pages[-1].next_step.arguments == {
+            "plugin_repo": "plugin",
+            "paths": FILES,
+            **arguments,
+            "cursor": pages[-1].next_cursor,
+        }
+        pages.append(call(ws, tool.SPEC, pages[-1].next_step.arguments))
+    assert all(len(text_of(page)) <= RESULT_BUDGET for page in pages)
+    return pages
+
+
 def test_patch_on_request_is_paged(workspace: dict[str, Any]) -> None:
     sha = workspace["shas"]["moe"]
-    mapped = run(workspace, base="v0.33.0", commit=sha[:10], patch="mapped", limit=tool.MAX_LIMITS["patch"])
+    (mapped,) = patch_pages(workspace, base="v0.33.0", commit=sha[:10], patch="mapped", limit=tool.MAX_LIMIT)
     assert [c.sha for c in mapped.commits] == [sha] and mapped.next_cursor is None
     assert f"diff --git a/{V4}/nvidia/model.py b/{V4}/nvidia/model.py" in mapped.patch
     assert "+        self.expert_bias = None" in mapped.patch and not any(LAYERNORM in line for line in mapped.patch)
-    whole = run(workspace, base="v0.33.0", commit=sha, patch="all", limit=tool.MAX_LIMITS["patch"])
-    assert any(line.startswith(f"diff --git a/{LAYERNORM}") for line in whole.patch)
+    pages = patch_pages(workspace, base="v0.33.0", commit=sha, patch="all", limit=tool.MAX_LIMIT)
+    whole = [line for page in pages for line in page.patch]
+    assert any(line.startswith(f"diff --git a/{LAYERNORM}") for line in whole) and len(whole) == pages[0].total
+    assert [len(page.commits) for page in pages] == [1] + [0] * (len(pages) - 1)  # the commit's row once
     first = run(workspace, base="v0.33.0", commit=sha, patch="all", limit=5)
     second = run(workspace, base="v0.33.0", commit=sha, patch="all", limit=5, cursor=first.next_cursor)
-    assert first.patch + second.patch == whole.patch[:10] and first.total == len(whole.patch)
+    assert first.patch + second.patch == whole[:10] and first.total == len(whole)
     with pytest.raises(ToolFailure) as refused:
         run(workspace, base="v0.33.0", commit=workspace["shas"]["docs_only"])
     assert refused.value.code.value == "not_found"
@@ -346,8 +366,7 @@ def test_patch_on_request_is_paged(workspace: dict[str, Any]) -> None:
 
 def test_default_pages_stay_small(workspace: dict[str, Any]) -> None:
     first = run(workspace, releases=RELEASES)
-    assert len(first.commits) == tool.DEFAULT_LIMITS["commits"] or first.next_cursor is None
-    assert len(json.dumps(first.model_dump(mode="json"))) < 20_000
+    assert len(first.commits) <= DEFAULT_LIMITS["commits"] and len(text_of(first)) <= RESULT_BUDGET
 
 
 def entry(ws: dict[str, Any], commit: str, file: str, **extra: Any) -> dict[str, Any]:
@@ -401,6 +420,16 @@ def test_refusals_are_precise(workspace: dict[str, Any]) -> None:
     assert "defines no NoSuchClass" in answers["no_symbol"].error
     assert "not an audited file" in answers["not_audited"].error
     assert run(workspace, action="status").summary.with_entry == 0
+
+
+def test_a_full_batch_is_answered_within_the_budget(workspace: dict[str, Any]) -> None:
+    """MAX_ENTRIES refused entries: the answers go in order while they fit, the counts cover them all."""
+    note = entry(workspace, "moe", f"{PKG}/model.py", evidence=[{"kind": "note", "text": "the title says MoE"}])
+    result = run(workspace, action="record", base="v0.33.0", entries=[note] * tool.MAX_ENTRIES)
+    assert len(text_of(result)) <= RESULT_BUDGET and (result.total, result.accepted) == (tool.MAX_ENTRIES, 0)
+    assert [r.index for r in result.results] == list(range(len(result.results))) and result.results
+    assert all("a note alone is not evidence" in (r.error or "") for r in result.results)
+    assert result.next_step is not None and call(workspace, tool.SPEC, result.next_step.arguments).action == "status"
 
 
 def test_batch_record_answers_each_entry_and_survives_a_restart(workspace: dict[str, Any]) -> None:
@@ -533,13 +562,15 @@ def test_annotations_check_their_node(workspace: dict[str, Any]) -> None:
         ],
     )
     assert [(r.accepted, r.code) for r in result.results] == [(True, None), (False, "not_found"), (True, None)]
-    traced = call(
-        workspace,
-        trace_tool.SPEC,
-        {"plugin_repo": "plugin", "arch": "DeepseekV4ForCausalLM", "depth": 2, "limit": 1000, "view": "full"},
-        "state",
-    )
-    assert {r.name: r for r in traced.inventory}["torch"].annotation.startswith("platform_specific")
+    arguments = {"plugin_repo": "plugin", "arch": "DeepseekV4ForCausalLM", "depth": 2, "limit": 1000}
+    arguments |= {"view": "full", "section": "inventory"}
+    rows, cursor = {}, None
+    while "torch" not in rows:  # the inventory pages by size: follow it to the row
+        traced = call(workspace, trace_tool.SPEC, {**arguments, **({"cursor": cursor} if cursor else {})}, "state")
+        rows |= {r.name: r for r in traced.inventory}
+        assert traced.next_cursor or "torch" in rows
+        cursor = traced.next_cursor
+    assert rows["torch"].annotation.startswith("platform_specific")
 
 
 def test_recheck_reports_a_difference_until_the_baseline_or_an_entry_explains_it(workspace: dict[str, Any]) -> None:
@@ -549,7 +580,7 @@ def test_recheck_reports_a_difference_until_the_baseline_or_an_entry_explains_it
     before = run(workspace, action="recheck", **args)
     assert before.unaccounted and all(u.reason.startswith("no baseline was taken") for u in before.unaccounted)
     assert not before.complete
-    baseline = run(workspace, action="baseline", **args)
+    baseline = run(workspace, action="baseline", plugin_repo="plugin2", releases=RELEASES)
     assert baseline.baseline_rows == before.total == sum(baseline.matrix_counts.values())
     clean = run(workspace, action="recheck", plugin_repo="plugin2", limit=500)
     assert clean.unaccounted == [] and not clean.complete  # every commit still needs an entry
@@ -576,14 +607,14 @@ def test_recheck_reports_a_difference_until_the_baseline_or_an_entry_explains_it
     assert explained.unaccounted == []
     exported = run(workspace, action="export", plugin_repo="plugin2")
     state = workspace["root"] / "state"
-    assert (state / exported.export.json_path).is_file() and (
-        state / exported.export.markdown_path
-    ).read_text() == exported.export.markdown
-    assert workspace["shas"]["moe"][:12] in exported.export.markdown and "| merge | yes |" in exported.export.markdown
-    assert exported.export.document["summary"]["with_entry"] == 1 and exported.complete is False
+    markdown = (state / exported.export.markdown_path).read_text()  # written there, not repeated in the result
+    document = json.loads((state / exported.export.json_path).read_text())
+    assert workspace["shas"]["moe"][:12] in markdown and "| merge | yes |" in markdown
+    assert document["summary"]["with_entry"] == 1 and exported.complete is False
     # complete only once every (commit, file) has a decision and nothing is unaccounted
-    missing = [(m["commit"], f) for m in exported.export.document["missing"] for f in m["files"]]
-    assert len(missing) == 7  # 8 (commit, file) pairs over 6 commits, one recorded
+    missing = [(m["commit"], f) for m in document["missing"] for f in m["files"]]
+    assert len(missing) == exported.export.missing == 7  # 8 (commit, file) pairs over 6 commits, one recorded
+    assert exported.next_step is not None and exported.next_step.arguments["action"] == "list"
     rest = [
         {
             "commit": c,

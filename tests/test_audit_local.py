@@ -24,11 +24,14 @@ import pytest
 from test_real_plugins import PLUGINS, needs_snapshots, snapshot_repo
 from workbench import git
 
+from vllm_metax_mcp.core.audit.session import MAX_LIMIT
 from vllm_metax_mcp.core.foundation.errors import ToolFailure
 from vllm_metax_mcp.core.foundation.policy import Policy
+from vllm_metax_mcp.core.foundation.results import RESULT_BUDGET
 from vllm_metax_mcp.core.sources.git import last_removal, open_repository
 from vllm_metax_mcp.tools import audit_commits as tool
 from vllm_metax_mcp.tools.dispatch import invoke
+from vllm_metax_mcp.tools.output import text_of
 from vllm_metax_mcp.tools.spec import Runtime, ToolEnv
 
 SNAPSHOTS = ["vllm-ascend-7662ec925a.tar.gz", "vllm-ascend-351879064c.tar.gz", "vllm-ascend-b4b04c5eb1.tar.gz"]
@@ -166,6 +169,23 @@ def test_moves_that_leave_imports_and_strings_behind(history: dict[str, Any]) ->
     ]
     assert sorted(binding.called_at) == sorted(calls) and len(calls) >= 10
     assert result.local_counts["dangling"] == 2 and result.local_counts["dropped_bindings"] == 1
+
+
+@needs_snapshots
+def test_every_page_of_the_whole_range_fits_the_budget(history: dict[str, Any]) -> None:
+    """The whole range over the whole package at the largest limit: each page within the result budget,
+    every commit once, the pages followed through next_step (the same call with the cursor)."""
+    first, end = history["shas"][0], history["shas"][-1]
+    pages = [local(history, f"{first}..{end}", paths=["vllm_ascend/"], limit=MAX_LIMIT)]
+    while pages[-1].next_cursor:
+        step = pages[-1].next_step
+        assert step.arguments["cursor"] == pages[-1].next_cursor
+        rest = {k: v for k, v in step.arguments.items() if k not in ("plugin_repo", "local_range")}
+        pages.append(local(history, step.arguments["local_range"], **rest))
+    assert all(len(text_of(page)) <= RESULT_BUDGET for page in pages)
+    shas = [c.sha for page in pages for c in page.local_commits]
+    assert len(shas) == len(set(shas)) == pages[0].total and set(history["shas"][1:]) <= set(shas)
+    assert pages[-1].next_step.arguments["action"] == "list"
 
 
 def _one_commit(tmp_path: Path) -> dict[str, Any]:

@@ -5,7 +5,7 @@ reads the ledger's annotations and the ledger resource serves the stored file.
 - `commits`: a range's commits per tracked upstream file (renames followed), what else each touched and changed;
 - `ranges`: each file's base (named, closest release, or recorded), its base..target range and what it tracks;
 - `dependents`: the plugin symbols depending on an upstream symbol (copies, subclasses, importers, patches);
-- `session`: what every action opens (subjects, pairing inputs, the ledger) and how its lists are paged;
+- `session`: what every action opens (subjects, pairing inputs, the ledger), how its lists are paged and fitted;
 - `scope`: an action's pairing at the target, the files' bases and tracks;
 - `counts`: commits with and without an entry, per file and over the range (the status action);
 - `listing`: the list action, a page of commits with their files, changed symbols, dependents and entries;
@@ -18,5 +18,7 @@ reads the ledger's annotations and the ledger resource serves the stored file.
 - `differences`: matrix rows with the identity of their code, baseline rows, and what nothing explains;
 - `report`: the export as markdown;
 - `lagging`: for the status action, the files whose base is older than the plugin's declared release;
-- `local_history`: the local action, the plugin's own commits over a range: moves still named, dropped bindings.
+- `local_history`: the local action, the plugin's own commits over a range: moves still named, dropped bindings;
+- `arguments`: which arguments each action reads (one it would ignore is refused);
+- `steps`: the call to make after each action (next page, the commit to review, the next action).
 """

@@ -1,18 +1,19 @@
-"""The list action: a page of the range's commits (or one commit, or a page of its patch), each with
+"""The list action: the range's commits (or one commit, or its patch), each expanded into a row with
 the files it touched, the upstream symbols it changed, the plugin symbols depending on them and the
-ledger entries it has."""
+ledger entries it has; the tool pages the rows by size."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..code.overrides import find_overrides, override_facts
 from ..foundation.errors import not_found
-from ..foundation.results import Page
 from .commits import (
     Commit,
     Hit,
+    Listing,
     OtherFiles,
     SymbolChange,
     Touched,
@@ -25,9 +26,11 @@ from .counts import CommitCounts, FileCount, commit_counts, file_counts
 from .dependents import Dependent, Dependents
 from .ledger import entries_by_commit
 from .scope import Scope, ScopeRequest, resolve_scope
-from .session import AuditSession, Paging
+from .session import AuditSession
 
-PatchScope = Literal["none", "mapped", "all"]
+PatchScope = Literal["mapped", "all"]
+LINE_CHARS = 2000
+"""The most of one patch line a page shows."""
 
 
 @dataclass(frozen=True)
@@ -44,16 +47,41 @@ class ListedCommit:
 
 
 @dataclass(frozen=True)
-class CommitPage:
-    commits: list[ListedCommit]
-    files: list[FileCount]
-    """The files of these commits."""
+class ListView:
+    """What every page of the list action reads: the range's commits (or the one asked for), their
+    counts, the files with commits in range, and how to expand a commit into its row."""
+
+    session: AuditSession
+    scope: Scope
+    listing: Listing
+    commits: list[Commit]
+    """Oldest first; with `commit` only that one."""
     counts: CommitCounts
-    patch: list[str]
-    """With a patch asked for: this page of it."""
-    total: int
-    next_cursor: str | None
+    files: list[FileCount]
+    """Every audited file with commits in its range."""
     unknowns: list[str]
+
+    def rows(self, commits: Sequence[Commit]) -> list[ListedCommit]:
+        """The rows of `commits` (symbol records parsed in one batch)."""
+        return listed_commits(self.session, self.scope, self.listing, commits)
+
+    def patch(self, scope: PatchScope) -> list[str]:
+        """The patch of the one commit asked for, of its mapped files (or whole), long lines clipped."""
+        sha = self.commits[0].sha
+        lines = commit_patch(self.session.upstream.repo, sha, self.listing.hits_of(sha) if scope == "mapped" else None)
+        return [clip_line(line) for line in lines]
+
+    def first_undecided(self, rows: Sequence[ListedCommit]) -> ListedCommit | None:
+        """The first row with an audited file still lacking an entry."""
+        recorded = self.session.recorded()
+        return next((r for r in rows if any((r.commit.sha, f) not in recorded for f in r.local_files)), None)
+
+
+def clip_line(line: str) -> str:
+    """A patch line cut to LINE_CHARS, saying how much was cut (a minified file can be one huge line)."""
+    if len(line) <= LINE_CHARS:
+        return line
+    return f"{line[:LINE_CHARS]}… [{len(line) - LINE_CHARS} more chars]"
 
 
 def _dependents(session: AuditSession, scope: Scope) -> Dependents:
@@ -64,11 +92,8 @@ def _dependents(session: AuditSession, scope: Scope) -> Dependents:
     return Dependents(code, scope.pairs, overrides, scope.trees.affixes)
 
 
-def list_page(
-    session: AuditSession, request: ScopeRequest, paging: Paging, commit: str | None, patch: PatchScope
-) -> CommitPage:
-    """A page of the range's commits oldest first; with `commit` only that one, and with `patch` a
-    page of its patch (of its mapped files or whole) instead."""
+def list_view(session: AuditSession, request: ScopeRequest, commit: str | None) -> ListView:
+    """The range's commits oldest first; with `commit` only that one (it must touch an audited file in range)."""
     scope = resolve_scope(session, request)
     repo = session.upstream.repo
     listing = list_commits(repo, scope.tracks, session.target)
@@ -81,21 +106,20 @@ def list_page(
                 f"{commit} touches none of the audited files' upstream files within their ranges; list without commit."
             )
         commits = [listing.commits[sha]]
-    counts = commit_counts(listing, recorded)
-    lines: list[str] = []
-    page: Page[Any]
-    if patch != "none":
-        hits = listing.hits_of(commits[0].sha) if patch == "mapped" else None
-        page = paging.page(commit_patch(repo, commits[0].sha, hits), "patch")
-        lines = page.items
-    else:
-        page = paging.page(commits, "commits")
-        commits = page.items
+    files = [f for f in file_counts(scope, listing, recorded) if f.commits]
+    return ListView(
+        session, scope, listing, commits, commit_counts(listing, recorded), files, scope.unknowns + listing.unknowns
+    )
+
+
+def listed_commits(
+    session: AuditSession, scope: Scope, listing: Listing, commits: Sequence[Commit]
+) -> list[ListedCommit]:
     touched = [Touched(c, listing.hits_of(c.sha)) for c in commits]
-    changes = symbol_changes(repo, session.cache, touched)
+    changes = symbol_changes(session.upstream.repo, session.cache, touched)
     dependents = _dependents(session, scope)
     by_commit = entries_by_commit(session.ledger)
-    listed = [
+    return [
         ListedCommit(
             item.commit,
             listing.files_of(item.commit.sha),
@@ -107,6 +131,3 @@ def list_page(
         )
         for item in touched
     ]
-    involved = {f for c in listed for f in c.local_files}
-    files = [f for f in file_counts(scope, listing, recorded) if f.local in involved]
-    return CommitPage(listed, files, counts, lines, page.total, page.next_cursor, scope.unknowns + listing.unknowns)

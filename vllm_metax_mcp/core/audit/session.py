@@ -3,13 +3,14 @@ the record cache, the ledger as stored (or a fresh one to store), and how the ca
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Literal, TypeVar
+from dataclasses import asdict, dataclass
+from typing import Any, Literal, TypeVar
 
 from ..code.module_index import RecordCache
 from ..compare.inputs import PairingInputs, pairing_inputs
-from ..foundation.results import Page, paginate
+from ..foundation.results import Page, SizeBudget, paginate
 from ..foundation.state import StateStore
 from ..sources.environment import UpstreamMapping
 from ..sources.git import Repository
@@ -18,8 +19,10 @@ from .ledger import Ledger, change_ledger, ledger_id, load_ledger, new_ledger, r
 
 PagedList = Literal["commits", "files", "unaccounted", "patch"]
 DEFAULT_LIMITS: dict[PagedList, int] = {"commits": 8, "files": 50, "unaccounted": 40, "patch": 200}
-MAX_LIMITS: dict[PagedList, int] = {"commits": 200, "files": 2000, "unaccounted": 5000, "patch": 5000}
+MAX_LIMIT = 1000
+"""One ceiling for every list: a page also ends where the result's size budget does."""
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -30,15 +33,28 @@ class Paging:
     limit: int | None
     fingerprint: str
 
-    def page(self, items: Sequence[T], kind: PagedList) -> Page[T]:
+    def page(self, items: Sequence[T], kind: PagedList, budget: SizeBudget | None = None) -> Page[T]:
         return paginate(
             items,
             cursor=self.cursor,
             limit=self.limit,
             fingerprint=self.fingerprint,
             default_limit=DEFAULT_LIMITS[kind],
-            max_limit=MAX_LIMITS[kind],
+            max_limit=MAX_LIMIT,
+            budget=budget,
         )
+
+    def expanded(
+        self, items: Sequence[T], kind: PagedList, expand: Callable[[Sequence[T]], list[R]], budget: SizeBudget
+    ) -> Page[R]:
+        """A page of `items` as rows: only the items within `limit` are expanded (in one batch), and the
+        page ends before the row that would cross `budget` (its size_of measures a row)."""
+        ceiling = self.page(items, kind)
+        rows = expand(ceiling.items)
+        by_item = {id(item): row for item, row in zip(ceiling.items, rows, strict=True)}
+        sized = self.page(items, kind, SizeBudget(lambda item: budget.size_of(by_item[id(item)]), budget.chars))
+        kept = rows[: len(sized.items)]
+        return Page(kept, sized.total, sized.next_cursor, sized.offset, sized.cut_by_size)
 
 
 @dataclass
@@ -103,3 +119,32 @@ def open_session(
         load_ledger(store, identifier),
         new_ledger(identifier, repo.key, mapping.as_dict()),
     )
+
+
+def first_lines(lines: Sequence[str], chars: int) -> list[str]:
+    """As many of `lines` as fit in `chars`, and a last one counting the rest."""
+    kept: list[str] = []
+    used = 0
+    for index, line in enumerate(lines):
+        used += len(line) + 3
+        if used > chars:
+            return [*kept, f"… {len(lines) - index} more"]
+        kept.append(line)
+    return kept
+
+
+def json_chars(item: Any) -> int:
+    """A dataclass row's size as JSON: at least what the client receives (which drops empty fields)."""
+    return len(json.dumps(asdict(item), separators=(",", ":"), ensure_ascii=False, default=str))
+
+
+def fitting(items: Sequence[T], chars: int) -> list[T]:
+    """The first `items` (dataclasses) that fit in `chars` together: a block sent once, cut where it would cross."""
+    kept: list[T] = []
+    used = 0
+    for item in items:
+        used += json_chars(item) + 1
+        if used > chars:
+            break
+        kept.append(item)
+    return kept
