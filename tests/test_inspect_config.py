@@ -875,18 +875,25 @@ def test_constructed_layer_types_are_checked_against_the_raw_rules() -> None:
 def test_differences_are_paged_when_asked() -> None:
     raw = {f"k{i:02d}": i for i in range(30)}
     built = view(raw, {"target": {"class": "x:Y", "dict": {k: v + 1 for k, v in raw.items()}}})
-    base = {"model": "m", "construct": True}
-    first = tool._pages(tool.InspectConfigInput(**base), [], built, None)
+    differences = [tool.DifferenceOut(**vars(d)) for d in built.differences]
+
+    def pages(**arguments: Any) -> tool.InspectConfigOutput:
+        output = tool.InspectConfigOutput(constructed=tool._constructed(built, None))
+        return tool._pages(tool.InspectConfigInput(model="m", **arguments), output, [], differences)
+
+    first = pages()
     assert len(first.constructed.differences) == 25 and first.constructed.differences_total == 30
-    assert first.next_cursor is None and first.gaps == [
+    assert first.next_cursor is None and first.evidence_gaps == [
         "5 more constructed differences: call again with page=differences."
     ]
-    paged = tool._pages(tool.InspectConfigInput(**base, page="differences", limit=20), [], built, None)
-    rest = tool._pages(
-        tool.InspectConfigInput(**base, page="differences", limit=20, cursor=paged.next_cursor), [], built, None
-    )
+    assert first.next_step.tool == "inspect_config" and first.next_step.arguments == {
+        "model": "m",
+        "page": "differences",
+    }
+    paged = pages(page="differences", limit=20)
+    rest = pages(page="differences", limit=20, cursor=paged.next_cursor)
     assert [d.field for d in paged.constructed.differences + rest.constructed.differences] == sorted(raw)
-    assert rest.next_cursor is None
+    assert rest.next_cursor is None and rest.next_step.tool == "plan_trim"
 
 
 # -- the constructed config in the real vLLM CPU build -------------------------------------------

@@ -3,14 +3,19 @@ share (a finding; plan_trim's arguments and output, which trim_model's extend)."
 
 from __future__ import annotations
 
-from typing import Literal
+import itertools
+import os
+from pathlib import PurePosixPath
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
+from typing_extensions import Self
 
 from ..core.checkpoint import findings
 from ..core.checkpoint.evidence import PluginAccess
 from ..core.checkpoint.layer_ids import compact_ids
 from ..core.foundation.errors import bad_input, not_found
+from ..core.foundation.results import RESULT_BUDGET
 from ..core.sources.environment import RuntimeLocation, UpstreamMapping, load_record, resolve_upstream
 from ..core.sources.git import Repository, open_repository
 from ..core.sources.subjects import (
@@ -23,18 +28,23 @@ from ..core.sources.subjects import (
 from ..core.trim.budget import Parallel
 from ..core.trim.plan import Plan, TrimRequest
 from ..core.trim.report import EXAMPLES_DIR, PlanContext
+from .output import size_of
 from .spec import ToolEnv, ToolOutput
 
 
 class SubjectArgs(BaseModel):
-    plugin_repo: str = Field(default=".", description="The vLLM-MetaX repository (relative to the first --root).")
-    subject: SubjectKind = Field(
-        default=SubjectKind.WORKTREE,
-        description="worktree (files on disk), index (the staged snapshot), revision, directory, or installed "
-        "(where the recorded interpreter imports vllm_metax from).",
-    )
-    revision: str | None = Field(default=None, description="Commit, tag or branch for subject=revision.")
-    directory: str | None = Field(default=None, description="Plain source directory for subject=directory.")
+    plugin_repo: str = Field(default=".", description="vLLM-MetaX repo.")
+    subject: SubjectKind = Field(default=SubjectKind.WORKTREE, description="Plugin code read (see instructions).")
+    revision: str | None = Field(default=None, description="For subject=revision.")
+    directory: str | None = Field(default=None, description="For subject=directory.")
+
+    @model_validator(mode="after")
+    def _subject_fields_used(self) -> Self:
+        """A revision or directory the chosen subject would ignore is a mistake, not a default."""
+        for name, kind in (("revision", SubjectKind.REVISION), ("directory", SubjectKind.DIRECTORY)):
+            if getattr(self, name) is not None and self.subject is not kind:
+                raise ValueError(f"{name} is read only with subject={kind.value} (subject is {self.subject.value})")
+        return self
 
 
 def open_plugin_repo(args: SubjectArgs, env: ToolEnv) -> Repository | None:
@@ -60,10 +70,8 @@ def open_plugin_subject(
 
 
 class UpstreamArgs(SubjectArgs):
-    upstream: str | None = Field(
-        default=None, description="Upstream vLLM (git repository or directory); default: the environment record's."
-    )
-    target: str | None = Field(default=None, description="Upstream revision; default: the environment record's target.")
+    upstream: str | None = Field(default=None, description="Upstream vLLM repo or dir (default: recorded).")
+    target: str | None = Field(default=None, description="Upstream revision (default: recorded).")
 
 
 def open_upstream(
@@ -79,6 +87,8 @@ def open_upstream(
         mapping = record.upstream
         env.policy.readable(mapping.path)
         env.policy.protect(mapping.path)
+        if args.target and args.target != mapping.target:  # another release of the recorded upstream
+            mapping = resolve_upstream(env.policy, mapping.path, args.target)
     if mapping.kind == "directory":
         if revision:
             raise bad_input("The upstream is a plain directory: it has no revisions to compare (base/target).")
@@ -109,57 +119,44 @@ def finding_out(finding: findings.Finding) -> Finding:
     return Finding(severity=finding.severity, code=finding.code, message=finding.message)
 
 
+SIZE_MAX: dict[str, float] = {
+    "targets": 64,
+    "layers": 4096,
+    "allow_drop": 64,
+    "keep_mtp": 64,
+    "tp": 1024,
+    "pp": 256,
+    "ep": 4096,
+    "max_model_len": 16 * 1024 * 1024,
+    "device_memory_gb": 100_000,
+}
+
+
 class PlanTrimInput(SubjectArgs):
-    subject: SubjectKind = Field(
-        default=SubjectKind.INSTALLED,
-        description="Plugin code searched for the readers of each changed field (with an environment record): "
-        "installed (default), or worktree / index / revision / directory.",
-    )
-    model: str = Field(
-        description="Source checkpoint directory (relative to the first --root), or a Hugging Face repo id from the "
-        "local cache."
-    )
-    model_revision: str | None = Field(
-        default=None, description="Branch, tag or commit of a repo id (local cache only)."
-    )
-    targets: list[str] = Field(
-        default_factory=list,
-        max_length=64,
-        description="Paths to cover (names from a previous plan's coverage, e.g. moe, attn:sliding, compress:128); "
-        "default: every distinct path of the decoder.",
-    )
-    layers: list[int] | None = Field(
-        default=None,
-        max_length=4096,
-        description="Keep exactly these backbone layers (original ids) instead of choosing.",
-    )
-    keep_mtp: int | None = Field(
-        default=None,
-        ge=0,
-        le=64,
-        description="MTP/draft layers to keep (the first N; true = 1, false = 0); default: all declared.",
-    )
-    allow_drop: list[str] = Field(
-        default_factory=list,
-        max_length=64,
-        description="Distinct paths the caller accepts losing (a refused plan names them).",
-    )
-    tp: int = Field(default=1, ge=1, le=1024)
-    pp: int = Field(default=1, ge=1, le=256)
-    ep: int = Field(
-        default=1, ge=1, le=4096, description="Expert-parallel size (vLLM: TP x DP with --enable-expert-parallel)."
-    )
-    max_model_len: int | None = Field(
-        default=None, ge=16, le=16 * 1024 * 1024, description="Context for the KV budget and the smoke cases."
-    )
-    device_memory_gb: float | None = Field(
-        default=None, gt=0, le=100_000, description="Memory of one device, for the fit check."
-    )
-    allow_narrowing: bool = Field(
-        default=False,
-        description="Permit fewer routed experts when the kept layers' parameters alone do not fit (never narrower "
-        "dimensions).",
-    )
+    subject: SubjectKind = SubjectKind.INSTALLED
+    model: str = Field(description="Checkpoint dir or cached HF repo id.")
+    model_revision: str | None = None
+    targets: list[str] = Field(default_factory=list, description="Paths to cover.")
+    layers: list[int] | None = Field(default=None, description="Backbone layers to keep.")
+    keep_mtp: int | None = Field(default=None, ge=0)
+    allow_drop: list[str] = Field(default_factory=list, description="Paths to lose.")
+    tp: int | None = Field(default=None, ge=1)
+    pp: int | None = Field(default=None, ge=1)
+    ep: int | None = Field(default=None, ge=1)
+    max_model_len: int | None = Field(default=None, ge=16)
+    device_memory_gb: float | None = Field(default=None, gt=0)
+    allow_narrowing: bool = Field(default=False, description="Fewer experts to fit.")
+
+    @model_validator(mode="after")
+    def _sizes_and_narrowing(self) -> Self:
+        """Bounds kept out of the schema (it is read on every tools/list), checked before any work all the same."""
+        for name, most in SIZE_MAX.items():
+            value = getattr(self, name) or 0
+            if (len(value) if isinstance(value, list) else value) > most:
+                raise ValueError(f"{name} is at most {most}{' long' if isinstance(value, list) else ''}")
+        if self.allow_narrowing and self.device_memory_gb is None:
+            raise ValueError("allow_narrowing needs device_memory_gb: experts narrow only to fit a device")
+        return self
 
     def trim_request(self) -> TrimRequest:
         return TrimRequest(
@@ -167,7 +164,7 @@ class PlanTrimInput(SubjectArgs):
             layers=self.layers,
             keep_mtp=self.keep_mtp,
             allow_drop=self.allow_drop,
-            parallel=Parallel(self.tp, self.pp, self.ep),
+            parallel=Parallel(self.tp or 1, self.pp or 1, self.ep or 1),
             max_model_len=self.max_model_len,
             device_gb=self.device_memory_gb,
             allow_narrowing=self.allow_narrowing,
@@ -175,16 +172,13 @@ class PlanTrimInput(SubjectArgs):
 
 
 class CoverageRow(BaseModel):
-    target: str = Field(
-        description="A distinct path: a layer kind, array value (name=value), id-list membership (in:/not-in:) or "
-        "module:."
-    )
-    also: list[str] = Field(default_factory=list, description="Other names of the same layer set (first four).")
+    target: str = Field(description="A distinct path: kind, array name=value, in:/not-in: id list, module:.")
+    also: list[str] = Field(default_factory=list, description="Other names of the same layer set.")
     layers: list[int] = Field(description="Retained original layers that have it.")
     available: str = Field(description="Every original layer that has it.")
     reason: str
-    request: str = Field(description="The request or serve setting that triggers it (see the smoke cases).")
-    optional: bool = Field(default=False, description="MTP/draft layers and submodels: separate, optional coverage.")
+    request: str = Field(description="The request or serve setting that exercises it.")
+    optional: bool = Field(default=False, description="MTP/draft or submodel coverage.")
 
 
 class ConfigChangeOut(BaseModel):
@@ -194,38 +188,32 @@ class ConfigChangeOut(BaseModel):
     new: str | None = None
     reason: str
     read_by: list[str] | None = Field(
-        default=None,
-        description="Where the field's name appears in consumer code (tree path:line, first three); [] means no "
-        "reader was found (descriptive); null means no environment record, so nothing was searched.",
+        default=None, description="Consumer code reading it (first three); null: nothing searched."
     )
 
 
 class StageOut(BaseModel):
     stage: int
-    layers: list[int] = Field(description="Original ids (MTP layers L+i run beside the last stage).")
+    layers: list[int] = Field(description="Original ids (MTP layers run beside the last stage).")
     params_bytes_per_rank: int
     kv_cache_bytes_per_rank: int
 
 
 class BudgetsOut(BaseModel):
-    source: str = Field(description="tensors (shard headers), or an estimate from config width keys.")
+    source: str = Field(description="tensors (shard headers), or an estimate from config widths.")
     params_bytes: int
     original_params_bytes: int
-    params_bytes_per_rank: int = Field(description="The most loaded rank (TP/EP split, PP stage).")
+    params_bytes_per_rank: int = Field(description="The most loaded rank.")
     kv_bytes_per_token_per_rank: int
-    kv_cache_bytes_per_rank: int = Field(description="One sequence of max_model_len on the most loaded stage.")
+    kv_cache_bytes_per_rank: int = Field(description="One max_model_len sequence, most loaded stage.")
     state_bytes_per_rank: int = Field(description="Recurrent (linear-attention) state of one sequence.")
     max_model_len: int
     stages: list[StageOut]
     device_bytes: int | None = None
-    usable_bytes: int | None = Field(
-        default=None, description="0.9 of the device (vLLM's default gpu_memory_utilization)."
-    )
+    usable_bytes: int | None = Field(default=None, description="0.9 of the device.")
     fits: bool | None = None
-    disk_bytes_dummy: int = Field(description="config, tokenizer and processor assets.")
-    disk_bytes_real: int = Field(
-        description="The retained tensors of a real-weight trim, embeddings and lookup tables included."
-    )
+    disk_bytes_dummy: int
+    disk_bytes_real: int
     recommendations: list[str] = Field(default_factory=list, description="In order, when it does not fit.")
 
 
@@ -240,28 +228,79 @@ class SubmodelOut(BaseModel):
 class PlanTrimOutput(ToolOutput):
     model: str = ""
     backbone_layers: int = 0
-    kept_layers: list[int] = Field(default_factory=list, description="Original ids of the retained backbone layers.")
-    mtp_kept: list[int] = Field(default_factory=list, description="Original ids (L+i) of the retained MTP layers.")
+    kept_layers: list[int] = Field(default_factory=list, description="Retained backbone layers (original ids).")
+    mtp_kept: list[int] = Field(default_factory=list, description="Retained MTP layers (original ids L+i).")
     coverage: list[CoverageRow] = Field(default_factory=list)
-    layer_map: dict[int, int] = Field(
-        default_factory=dict, description="Original layer id -> new id, MTP layers included."
-    )
+    layer_map: dict[int, int] = Field(default_factory=dict, description="Original layer id -> new id.")
     submodels: list[SubmodelOut] = Field(default_factory=list)
     uncovered: list[str] = Field(default_factory=list, description="Paths no longer covered, and why.")
     config_changes: list[ConfigChangeOut] = Field(default_factory=list)
     budgets: BudgetsOut | None = None
-    parallel: list[str] = Field(default_factory=list, description="TP/EP notes on the retained dimensions.")
-    smoke_cases: list[str] = Field(
-        default_factory=list, description="The cases a dummy trim writes: name (kind) -> covers."
-    )
-    examples: list[str] = Field(
-        default_factory=list, description=f"Related trimmed-model examples in the plugin's {EXAMPLES_DIR}/."
-    )
+    parallel: list[str] = Field(default_factory=list, description="TP/EP notes.")
+    smoke_cases: list[str] = Field(default_factory=list, description="Cases a trim writes: name (kind) -> covers.")
+    examples: list[str] = Field(default_factory=list, description=f"Related examples in the plugin's {EXAMPLES_DIR}.")
     notes: list[str] = Field(default_factory=list)
-    findings: list[Finding] = Field(
-        default_factory=list, description="Config/checkpoint disagreements found on the way."
-    )
+    findings: list[Finding] = Field(default_factory=list, description="Config/checkpoint disagreements.")
     evidence_gaps: list[str] = Field(default_factory=list)
+    truncated: dict[str, int] = Field(
+        default_factory=dict, description="Lists cut to fit: name -> full length (all in trim_manifest.json)."
+    )
+
+
+PLAN_LISTS = ("coverage", "config_changes", "layer_map", "kept_layers", "smoke_cases", "notes", "parallel", "uncovered")
+"""The lists of a plan that grow with the model, cut in this order when a result would exceed RESULT_BUDGET."""
+TRUNCATION_RESERVE = 400
+"""Room kept for `truncated` itself."""
+
+Fitted = TypeVar("Fitted", bound=PlanTrimOutput)
+
+
+def fit_plan(output: Fitted) -> Fitted:
+    """The output within RESULT_BUDGET: the first growing list that makes it too big is cut to what fits (a list
+    that cannot fit even empty is emptied), then the stages' layer lists; a next_step echoing a long `layers`
+    says to pass them instead. `truncated` gives each cut list's full length."""
+    chars = RESULT_BUDGET - TRUNCATION_RESERVE
+    cut: dict[str, int] = {}
+    step = output.next_step
+    if step and size_of(step) > RESULT_BUDGET // 4 and "layers" in step.arguments:  # the caller has the list
+        why = f"{step.why}; pass this call's layers ({len(step.arguments['layers'])} ids) as layers"
+        arguments = {k: v for k, v in step.arguments.items() if k != "layers"}
+        output = output.model_copy(update={"next_step": step.model_copy(update={"arguments": arguments, "why": why})})
+    for name in PLAN_LISTS:
+        if size_of(output) <= chars:
+            break
+        total = len(getattr(output, name))
+        low, high = 0, total
+        while low < high:  # the longest prefix that fits
+            middle = (low + high + 1) // 2
+            low, high = (middle, high) if size_of(_prefix(output, name, middle)) <= chars else (low, middle - 1)
+        output = _prefix(output, name, low)
+        if low < total:
+            cut[name] = total
+    if size_of(output) > chars and output.budgets:
+        stages = [stage.model_copy(update={"layers": []}) for stage in output.budgets.stages]
+        cut["budgets.stages.layers"] = sum(len(stage.layers) for stage in output.budgets.stages)
+        output = output.model_copy(update={"budgets": output.budgets.model_copy(update={"stages": stages})})
+    return output.model_copy(update={"truncated": cut}) if cut else output
+
+
+def _prefix(output: Fitted, name: str, count: int) -> Fitted:
+    value = getattr(output, name)
+    kept = dict(list(value.items())[:count]) if isinstance(value, dict) else list(value)[:count]
+    return output.model_copy(update={name: kept})
+
+
+def given_arguments(args: BaseModel, **changed: Any) -> dict[str, Any]:
+    """The arguments a call was given (as JSON), with `changed` applied: the base of a next_step."""
+    return {**args.model_dump(mode="json", exclude_unset=True), **changed}
+
+
+def fresh_output(env: ToolEnv, model: str) -> str:
+    """A directory name under the first output root that does not exist yet, as a call would spell it."""
+    root = env.policy.output_roots[0]
+    stem = f"{PurePosixPath(model).name or 'model'}-trim"
+    name = next(f"{stem}{n or ''}" for n in itertools.count() if not (root / f"{stem}{n or ''}").exists())
+    return os.path.relpath(root / name, env.policy.base())
 
 
 def plan_trim_output(plan: Plan, context: PlanContext) -> PlanTrimOutput:

@@ -21,23 +21,14 @@ from ..core.sources.environment import (
 )
 from ..core.sources.git import Repository
 from .arguments import SubjectArgs, open_plugin_repo, open_plugin_subject
-from .spec import ToolEnv, ToolOutput, ToolSpec
+from .spec import NextCall, ToolEnv, ToolOutput, ToolSpec
 
 
 class EnvironmentInput(SubjectArgs):
-    action: Literal["show", "establish", "confirm"] = Field(
-        default="show",
-        description="show the record; establish (probe and record) it; confirm the recorded upstream and target.",
-    )
-    upstream: str | None = Field(
-        default=None, description="Upstream vLLM: a git repository (with target) or a source directory."
-    )
-    target: str | None = Field(default=None, description="Upstream revision to upgrade to (git upstream only).")
-    python: str | None = Field(
-        default=None,
-        description="Target interpreter for establish: one the operator allowed (serve --python; default: python3 on "
-        "PATH), or in edit mode one inside the roots.",
-    )
+    action: Literal["show", "establish", "confirm"] = Field(default="show", description="establish probes.")
+    upstream: str | None = None
+    target: str | None = None
+    python: str | None = Field(default=None, description="establish: allowed interpreter.")
 
 
 class ModuleReport(BaseModel):
@@ -85,18 +76,24 @@ class EnvironmentOutput(ToolOutput):
     probe_id: str | None = None
     confirmed: bool = False
     confirmed_by: Literal["user", "caller"] | None = None
-    next_step: str = ""
+    note: str = Field(default="", description="What the record means for the next calls.")
 
 
-def _output(action: str, record: EnvironmentRecord, drifted: bool | None = None) -> EnvironmentOutput:
+def _output(
+    action: str, record: EnvironmentRecord, args: EnvironmentInput, env: ToolEnv, drifted: bool | None = None
+) -> EnvironmentOutput:
     report = record.probe
     confirmation = record.confirmation
+    step = None
     if record.upstream is None:
-        next_step = "No upstream recorded: analysis tools need one; trim and smoke tests do not."
+        note = "No upstream recorded: analysis tools need one (establish with upstream); trim and smoke do not."
     elif confirmation:
-        next_step = "The target is confirmed; recording tools may use it."
+        note = "The target is confirmed; recording tools may use it."
     else:
-        next_step = "Ask the user to confirm the upstream and target, then call action=confirm naming them."
+        note = "Ask the user to confirm the upstream and target, then make next_step."
+        upstream = {"upstream": env.policy.display(record.upstream.path), "target": record.upstream.target}
+        arguments = {"plugin_repo": args.plugin_repo, "action": "confirm"} | {k: v for k, v in upstream.items() if v}
+        step = NextCall(tool="environment", arguments=arguments, why="record the user's confirmation of the target")
     return EnvironmentOutput(
         action=action,
         record_exists=True,
@@ -120,7 +117,8 @@ def _output(action: str, record: EnvironmentRecord, drifted: bool | None = None)
         probe_id=record.probe_id,
         confirmed=confirmation is not None,
         confirmed_by=confirmation.confirmed_by if confirmation else None,
-        next_step=next_step,
+        note=note,
+        next_step=step,
     )
 
 
@@ -132,7 +130,7 @@ def _establish(args: EnvironmentInput, env: ToolEnv) -> EnvironmentOutput:
     accepted = check_interpreter(args.python or env.interpreters.default(), env.policy, env.interpreters, "establish")
     request = EstablishRequest(repo, args.subject, args.revision, mapping, accepted)
     record = establish_record(env.store, request, lambda installed: open_plugin_subject(args, env, repo, installed))
-    return _output("establish", record)
+    return _output("establish", record, args, env)
 
 
 def _recorded(args: EnvironmentInput, env: ToolEnv) -> tuple[Repository, EnvironmentRecord]:
@@ -178,37 +176,36 @@ def _confirm(args: EnvironmentInput, env: ToolEnv) -> EnvironmentOutput:
     repo, record = _recorded(args, env)
     upstream = _check_names_record(args, env, record)
     if env.user_answer == "declined":
-        output = _output("confirm", record)
-        output.next_step = "The user declined this target: establish the upstream and target they want."
+        output = _output("confirm", record, args, env)
+        output.note, output.next_step = "The user declined: establish the upstream and target they want.", None
         return output
     confirmed_by: ConfirmedBy = "user" if env.user_answer == "accepted" else "caller"
-    return _output("confirm", confirm_record(env.store, repo, record, upstream, confirmed_by))
+    return _output("confirm", confirm_record(env.store, repo, record, upstream, confirmed_by), args, env)
 
 
 def _show(args: EnvironmentInput, env: ToolEnv) -> EnvironmentOutput:
     repo = open_plugin_repo(args, env)
     record = load_record(env.store, repo) if repo else None
     if record is None:
-        return EnvironmentOutput(
-            action="show",
-            next_step="No record yet: call action=establish with plugin_repo, subject, upstream, target and python.",
-        )
+        establish = {"plugin_repo": args.plugin_repo, "action": "establish"}
+        why = "probe and record the environment (add upstream, target and python as needed)"
+        return EnvironmentOutput(action="show", next_step=NextCall(tool="environment", arguments=establish, why=why))
     record.grant_reads(env.policy)
     current = open_plugin_subject(
         args.model_copy(update={"subject": record.subject_kind, "revision": record.revision}), env, repo
     )
-    return _output("show", record, drifted=current.tree_hash() != record.subject_tree_hash)
+    return _output("show", record, args, env, drifted=current.tree_hash() != record.subject_tree_hash)
 
 
 def environment(args: EnvironmentInput, env: ToolEnv) -> EnvironmentOutput:
-    """Show, establish or confirm the environment record (interpreter, versions and import origins,
-    plugin repository and subject, upstream source and target).
-
-    Call this first. establish runs one isolated, read-only probe of the target interpreter; confirm
-    records the user's confirmation of the upstream and target, asked once and reused while unchanged.
-    """
+    """Show, establish (one isolated probe) or confirm (the user's yes to upstream and target) the
+    environment record. Call first."""
     if args.python and args.action != "establish":
         raise bad_input("python is only taken by action=establish.")
+    if args.action == "show" and (args.upstream or args.target):
+        raise bad_input("show reads the record: upstream and target are taken by establish and confirm.")
+    if args.target and not args.upstream:
+        raise bad_input("target names a revision of upstream: pass upstream with it.")
     if args.action == "establish":
         return _establish(args, env)
     if args.action == "confirm":

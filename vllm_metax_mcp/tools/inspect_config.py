@@ -4,26 +4,28 @@ from __future__ import annotations
 
 import re
 import warnings
-from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
+from typing_extensions import Self
 
 from ..core.checkpoint.construct import ConstructedView
 from ..core.checkpoint.cross_check import CheckpointReport
 from ..core.checkpoint.inspection import Inspection, InspectRequest, inspect_checkpoint
 from ..core.checkpoint.layout import Layout
-from ..core.foundation.errors import ErrorCode, ToolFailure, bad_input
+from ..core.foundation.errors import ErrorCode, ToolFailure
 from ..core.foundation.policy import Effect, Mode
-from ..core.foundation.results import canonical, inputs_fingerprint, paginate
+from ..core.foundation.results import SizeBudget, canonical, inputs_fingerprint, paginate
 from ..core.sources.subjects import SubjectKind
-from .arguments import Finding, SubjectArgs, finding_out, plugin_access
-from .spec import ToolEnv, ToolOutput, ToolSpec
+from .arguments import Finding, SubjectArgs, finding_out, given_arguments, plugin_access
+from .output import rows_budget, size_of
+from .spec import NextCall, ToolEnv, ToolOutput, ToolSpec
 
-LAYERS_DEFAULT, LAYERS_MAX = 128, 2048
-DIFFERENCES_DEFAULT, DIFFERENCES_MAX = 25, 1000
+LAYERS_DEFAULT, DIFFERENCES_DEFAULT, LIMIT_MAX = 128, 25, 1000
 MAX_OVERRIDES_CHARS = 8000
 FIELD_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.]{0,99}$"
+CONSTRUCTION_ONLY = ("hf_overrides", "speculative", "num_speculative_tokens", "trust_remote_code", "python")
+SPECULATIVE_PATTERN, SPECULATIVE_MAX, CONSUMERS_MAX = r"^[a-z0-9_\-]{1,40}$", 16, 8
 
 
 # `construct` (the issue's name for the switch) shadows pydantic's deprecated BaseModel.construct;
@@ -32,51 +34,36 @@ warnings.filterwarnings("ignore", message='Field name "construct" in "InspectCon
 
 
 class InspectConfigInput(SubjectArgs):
-    subject: SubjectKind = Field(
-        default=SubjectKind.INSTALLED,
-        description="Plugin code the construction imports and the consumer search reads: installed (what the recorded "
-        "interpreter imports; default), or worktree / index / revision / directory, put first on the path.",
-    )
-    model: str = Field(
-        description="Checkpoint directory (relative to the first --root), or a Hugging Face repo id read from the "
-        "local cache."
-    )
-    model_revision: str | None = Field(
-        default=None, description="Branch, tag or commit of a repo id (local cache only)."
-    )
-    hf_overrides: dict[str, Any] = Field(
-        default_factory=dict,
-        description="As vllm serve --hf-overrides: flat keys update the config, dict values merge.",
-    )
-    speculative: str | None = Field(
-        default=None,
-        pattern=r"^[a-z0-9_\-]{1,40}$",
-        description="Speculative method to build the draft config for (e.g. mtp).",
-    )
-    num_speculative_tokens: int = Field(default=1, ge=1, le=16)
+    subject: SubjectKind = SubjectKind.INSTALLED
+    model: str = Field(description="Checkpoint dir or cached HF repo id.")
+    model_revision: str | None = None
+    hf_overrides: dict[str, Any] = Field(default_factory=dict, description="As --hf-overrides.")
+    speculative: str | None = Field(default=None, description="Draft method, e.g. mtp.")
+    num_speculative_tokens: int | None = None
     construct: bool = Field(  # type: ignore[assignment]  # shadows BaseModel.construct (see above)
-        default=True, description="Build the config in the target interpreter (vLLM and transformers)."
+        default=True, description="As vllm serve builds it."
     )
-    trust_remote_code: bool = Field(
-        default=False, description="Allow the checkpoint's auto_map code to run during construction."
-    )
-    python: str | None = Field(
-        default=None, description="Interpreter for the construction instead of the record's (edit mode only)."
-    )
-    consumers_of: list[str] = Field(
-        default_factory=list,
-        max_length=8,
-        description="Config fields whose reading code to list (upstream, installed vLLM, plugin).",
-    )
-    page: Literal["layers", "differences"] = Field(
-        default="layers", description="Which list cursor and limit page; the other shows its first entries."
-    )
+    trust_remote_code: bool = False
+    python: str | None = Field(default=None, description="Edit mode.")
+    consumers_of: list[str] = Field(default_factory=list, description="Fields to find readers of.")
+    page: Literal["layers", "differences"] = Field(default="layers", description="What cursor/limit page.")
     cursor: str | None = None
-    limit: int | None = Field(
-        default=None,
-        description=f"Page size (layers: default {LAYERS_DEFAULT}, max {LAYERS_MAX}; "
-        f"differences: default {DIFFERENCES_DEFAULT}, max {DIFFERENCES_MAX}).",
-    )
+    limit: int | None = Field(default=None, ge=1, le=LIMIT_MAX)
+
+    @model_validator(mode="after")
+    def _construction_fields_need_construct(self) -> Self:
+        """Settings only the construction reads are a mistake without it, not a silent no-op."""
+        if not self.construct:
+            given = [name for name in CONSTRUCTION_ONLY if getattr(self, name)]
+            if given or self.page == "differences":
+                raise ValueError(f"{', '.join(given) or 'page=differences'} needs construct=true")
+        if self.num_speculative_tokens is not None and not self.speculative:
+            raise ValueError("num_speculative_tokens needs speculative")
+        if not 1 <= (self.num_speculative_tokens or 1) <= SPECULATIVE_MAX or len(self.consumers_of) > CONSUMERS_MAX:
+            raise ValueError(f"num_speculative_tokens is 1 to {SPECULATIVE_MAX}; consumers_of at most {CONSUMERS_MAX}")
+        if self.speculative and not re.match(SPECULATIVE_PATTERN, self.speculative):
+            raise ValueError(f"speculative must match {SPECULATIVE_PATTERN}")
+        return self
 
     @field_validator("consumers_of")
     @classmethod
@@ -106,19 +93,9 @@ class Submodel(BaseModel):
 class LayerRow(BaseModel):
     id: int = Field(description="Zero-based checkpoint layer id; MTP layer i is num_hidden_layers + i.")
     part: Literal["backbone", "mtp", "undeclared"]
-    name: str | None = Field(
-        default=None, description="Module prefix in the checkpoint when it is not {checkpoint.backbone_prefix}.{id}."
-    )
-    kinds: list[str] = Field(
-        default_factory=list,
-        description="From the config (see rules): dense/moe, attn:<kind>, mla, indexer, compress:<r>, route:<kind>, "
-        "kv:shared; dense without an expert-count key, attn:full (or sliding with a global sliding_window) without a "
-        "per-layer attention key; "
-        "MTP rows only from arrays that cover them.",
-    )
-    tensors: list[str] | None = Field(
-        default=None, description="From tensor names: moe, dense, attn, linear, indexer, compressor, hash, mtp_head."
-    )
+    name: str | None = Field(default=None, description="Module prefix when not {backbone_prefix}.{id}.")
+    kinds: list[str] = Field(default_factory=list, description="From the config: dense/moe, attn:<kind>, mla, ...")
+    tensors: list[str] | None = Field(default=None, description="From tensor names: moe, dense, attn, linear, ...")
 
 
 class ArrayOut(BaseModel):
@@ -162,15 +139,13 @@ class QuantizationOut(BaseModel):
     block_size: list[int] | None = None
     activation_scheme: str | None = None
     scale_fmt: str | None = None
-    scale_dtypes: dict[str, int] = Field(default_factory=dict, description="Dtypes of scale tensors in the checkpoint.")
+    scale_dtypes: dict[str, int] = Field(default_factory=dict, description="Dtypes of scale tensors.")
     keys: list[str] = Field(default_factory=list)
     ignore: IgnoreOut | None = None
 
 
 class CheckpointOut(BaseModel):
-    findings: list[Finding] = Field(
-        default_factory=list, description="Disagreements between config, index and shard headers."
-    )
+    findings: list[Finding] = Field(default_factory=list, description="Config, index and header disagreements.")
     index_file: str | None = None
     shards: int = 0
     shards_read: int = 0
@@ -181,9 +156,7 @@ class CheckpointOut(BaseModel):
     mtp_layers_found: int = 0
     mtp_weights_present: bool | None = None
     dtypes_by_part: dict[str, dict[str, int]] = Field(default_factory=dict)
-    ranks: list[int] = Field(
-        default_factory=list, description="Rank numbers in shard names: a pre-partitioned checkpoint."
-    )
+    ranks: list[int] = Field(default_factory=list, description="Rank numbers in shard names (pre-partitioned).")
 
 
 class PluginOut(BaseModel):
@@ -234,19 +207,12 @@ class ConsumersOut(BaseModel):
 
 
 class InspectConfigOutput(ToolOutput):
-    findings: list[Finding] = Field(
-        default_factory=list, description="Config and construction disagreements; checkpoint ones are under checkpoint."
-    )
+    findings: list[Finding] = Field(default_factory=list, description="Config and construction disagreements.")
     model: str = ""
     backbone_layers: int | None = None
-    mtp_layers: int | None = Field(
-        default=None, description="Declared MTP/draft layers; null when the config has no MTP key."
-    )
+    mtp_layers: int | None = Field(default=None, description="Declared MTP layers; null: no MTP key.")
     mtp_key: str | None = None
-    mtp_naming: str | None = Field(
-        default=None,
-        description="How the checkpoint names MTP layers (model.layers.{L+i}, mtp.{i}, ...); null without tensors.",
-    )
+    mtp_naming: str | None = Field(default=None, description="How tensors name MTP layers (model.layers.{L+i}, ...).")
     submodels: list[Submodel] = Field(default_factory=list)
     layers: list[LayerRow] = Field(default_factory=list)
     layers_total: int = 0
@@ -271,13 +237,11 @@ def _check(args: InspectConfigInput, env: ToolEnv) -> None:
             "python is accepted only in edit mode; in review mode the environment record's interpreter is used "
             "(environment action=establish).",
         )
-    if args.page == "differences" and not args.construct:
-        raise bad_input("page=differences needs construct=true.")
 
 
 def _request(args: InspectConfigInput) -> InspectRequest:
     speculative = (
-        {"method": args.speculative, "num_speculative_tokens": args.num_speculative_tokens}
+        {"method": args.speculative, "num_speculative_tokens": args.num_speculative_tokens or 1}
         if args.speculative
         else None
     )
@@ -329,20 +293,9 @@ def _quantization(layout: Layout, report: CheckpointReport | None) -> Quantizati
     quant = layout.quantization
     if quant is None:
         return None
-    ignore = None
-    if quant.ignore is not None:
-        i = quant.ignore
-        ignore = IgnoreOut(
-            key=i.key,
-            total=i.total,
-            non_layer=i.non_layer,
-            patterns=i.patterns,
-            by_part=i.by_part,
-            layer_ids=i.layer_ids,
-            per_layer=[{"layers": run.layers, "count": run.count} for run in i.per_layer],
-            by_module=i.by_module,
-            beyond_declared=i.beyond_declared,
-        )
+    i = quant.ignore
+    runs = [{"layers": run.layers, "count": run.count} for run in i.per_layer] if i else []
+    ignore = IgnoreOut(**{k: v for k, v in vars(i).items() if k != "entries"} | {"per_layer": runs}) if i else None
     return QuantizationOut(
         method=quant.method,
         fmt=quant.fmt,
@@ -372,9 +325,7 @@ def _checkpoint(report: CheckpointReport) -> CheckpointOut:
     )
 
 
-def _constructed(
-    built: ConstructedView, probe_id: str | None, differences: list[DifferenceOut], total: int
-) -> ConstructedOut:
+def _constructed(built: ConstructedView, probe_id: str | None) -> ConstructedOut:
     return ConstructedOut(
         status=built.status,
         config_class=built.config_class,
@@ -388,59 +339,108 @@ def _constructed(
         plugins_filter=built.plugins_filter,
         transformers_class=built.transformers_class,
         draft=built.draft,
-        differences=differences,
-        differences_total=total,
+        differences_total=len(built.differences),
         errors=built.errors,
         probe_id=probe_id,
     )
 
 
-@dataclass
-class _Pages:
-    layers: list[LayerRow]
-    layers_total: int
-    constructed: ConstructedOut | None
-    next_cursor: str | None
-    gaps: list[str]
+LATER_PAGES: dict[str, Any] = dict.fromkeys(
+    ("findings", "submodels", "arrays", "id_lists", "rules", "consumers", "evidence_gaps"), []
+)
+LATER_PAGES |= dict.fromkeys(("quantization", "checkpoint", "mtp_naming", "mtp_key"), None)
+"""Blocks every page would repeat: sent on the first page only."""
+CURSOR_PROBE = "c" * 64
 
 
 def _pages(
-    args: InspectConfigInput, rows: list[LayerRow], built: ConstructedView | None, probe_id: str | None
-) -> _Pages:
-    """`page` names the list cursor and limit apply to; the other list shows its first page."""
+    args: InspectConfigInput, output: InspectConfigOutput, rows: list[LayerRow], differences: list[DifferenceOut]
+) -> InspectConfigOutput:
+    """`page` names the list cursor and limit apply to, paged by size; the first page also shows the other
+    list's first entries (what fits in half the room) and the blocks every page shares."""
     fingerprint = inputs_fingerprint("inspect_config", args.model_dump(mode="json"))
+    other = "differences" if args.page == "layers" else "layers"
+    lists: dict[str, list[Any]] = {"layers": rows, "differences": differences}
+    defaults = {"layers": LAYERS_DEFAULT, "differences": DIFFERENCES_DEFAULT}
+    if args.cursor:
+        kept = ConstructedOut(status=output.constructed.status) if output.constructed else None
+        output = output.model_copy(update=LATER_PAGES | {"constructed": kept})
+    else:
+        shown = _page(lists[other], None, None, defaults[other], fingerprint, _room(output, args, half=True))
+        output = _fill(output, other, shown.items, len(lists[other]))
+        if shown.next_cursor and lists[other]:
+            output.evidence_gaps.append(
+                f"{shown.total - len(shown.items)} more {_label(other)}: call again with page={other}."
+            )
+    page = _page(lists[args.page], args.cursor, args.limit, defaults[args.page], fingerprint, _room(output, args))
+    output = _fill(output, args.page, page.items, page.total)
+    output.next_cursor = page.next_cursor
+    output.next_step = _next_step(args, output, other)
+    return output
 
-    def page(items: list[Any], name: str, default: int, maximum: int) -> Any:
-        mine = args.page == name
-        return paginate(
-            items,
-            cursor=args.cursor if mine else None,
-            limit=args.limit if mine else None,
-            fingerprint=fingerprint,
-            default_limit=default,
-            max_limit=maximum,
-        )
 
-    layers = page(rows, "layers", LAYERS_DEFAULT, LAYERS_MAX)
-    result = _Pages(layers.items, layers.total, None, layers.next_cursor if args.page == "layers" else None, [])
-    if built is None:
-        return result
-    differences = page(
-        [DifferenceOut(**vars(d)) for d in built.differences], "differences", DIFFERENCES_DEFAULT, DIFFERENCES_MAX
+def _label(name: str) -> str:
+    return "constructed differences" if name == "differences" else "layer rows"
+
+
+def _page(items: list[Any], cursor: str | None, limit: int | None, default: int, fingerprint: str, room: int) -> Any:
+    budget = SizeBudget(size_of=size_of, chars=room)
+    return paginate(
+        items,
+        cursor=cursor,
+        limit=limit,
+        fingerprint=fingerprint,
+        default_limit=default,
+        max_limit=LIMIT_MAX,
+        budget=budget,
     )
-    result.constructed = _constructed(built, probe_id, differences.items, differences.total)
-    if args.page == "differences":
-        result.next_cursor = differences.next_cursor
-    elif differences.next_cursor:
-        result.gaps.append(
-            f"{differences.total - len(differences.items)} more constructed differences: call again with "
-            "page=differences."
-        )
-    return result
 
 
-def _output(inspection: Inspection, pages: _Pages) -> InspectConfigOutput:
-    layout, report = inspection.layout, inspection.report
+def _fill(output: InspectConfigOutput, name: str, items: list[Any], total: int) -> InspectConfigOutput:
+    if name == "layers":
+        return output.model_copy(update={"layers": items, "layers_total": total})
+    if output.constructed is None:
+        return output
+    constructed = output.constructed.model_copy(update={"differences": items, "differences_total": total})
+    return output.model_copy(update={"constructed": constructed})
+
+
+def _room(output: InspectConfigOutput, args: InspectConfigInput, half: bool = False) -> int:
+    """What a page's rows may take once the rest is sent, with the longest cursor and next_step it can get."""
+    probe = output.model_copy(update={"next_cursor": CURSOR_PROBE, "next_step": _call(args, "", cursor=CURSOR_PROBE)})
+    chars = rows_budget(probe).chars
+    return max(chars // 2 if half else chars, 1)
+
+
+def _call(args: InspectConfigInput, why: str, **changed: Any) -> NextCall:
+    arguments = {k: v for k, v in given_arguments(args, **changed).items() if v is not None}
+    return NextCall(tool="inspect_config", arguments=arguments, why=why)
+
+
+def _next_step(args: InspectConfigInput, output: InspectConfigOutput, other: str) -> NextCall:
+    """The next page, else the other list when its first page was cut, else the trim plan."""
+    if output.next_cursor:
+        return _call(args, f"more {_label(args.page)}", cursor=output.next_cursor)
+    shown = (
+        len(output.layers) if other == "layers" else len(output.constructed.differences) if output.constructed else 0
+    )
+    total = (
+        output.layers_total if other == "layers" else output.constructed.differences_total if output.constructed else 0
+    )
+    if not args.cursor and shown < total:
+        return _call(args, f"the rest of the {_label(other)}", page=other, cursor=None, limit=None)
+    keep = {"plugin_repo", "subject", "revision", "directory", "model", "model_revision"}
+    arguments = {k: v for k, v in args.model_dump(mode="json", exclude_unset=True).items() if k in keep}
+    return NextCall(
+        tool="plan_trim",
+        arguments={"model": args.model, **arguments},
+        why="plan a depth trim keeping every distinct path",
+    )
+
+
+def _output(inspection: Inspection) -> InspectConfigOutput:
+    """Everything but the paged rows."""
+    layout, report, built = inspection.layout, inspection.report, inspection.built
     return InspectConfigOutput(
         findings=[finding_out(f) for f in inspection.findings],
         model=inspection.location.label,
@@ -449,8 +449,6 @@ def _output(inspection: Inspection, pages: _Pages) -> InspectConfigOutput:
         mtp_key=layout.mtp_key,
         mtp_naming=report.mtp_naming if report else None,
         submodels=[Submodel(**vars(s), primary=s.name == layout.primary) for s in layout.submodels],
-        layers=pages.layers,
-        layers_total=pages.layers_total,
         arrays=[ArrayOut(name=a.name, length=a.length, covers=a.covers, distinct=a.distinct) for a in layout.arrays],
         id_lists=[
             IdListOut(name=i.name, ids=i.ids, base=i.base, evidence=i.evidence, meaning=i.meaning)
@@ -459,30 +457,23 @@ def _output(inspection: Inspection, pages: _Pages) -> InspectConfigOutput:
         rules=[RuleOut(**vars(r)) for r in layout.rules],
         quantization=_quantization(layout, report),
         checkpoint=_checkpoint(report) if report else None,
-        constructed=pages.constructed,
+        constructed=_constructed(built, inspection.probe_id) if built else None,
         consumers=[
             ConsumersOut(field=c.field, total=c.total, locations=[Location(**vars(loc)) for loc in c.locations])
             for c in inspection.consumers
         ],
-        evidence_gaps=[*inspection.gaps, *pages.gaps],
-        next_cursor=pages.next_cursor,
+        evidence_gaps=list(inspection.gaps),
     )
 
 
 def inspect_config(args: InspectConfigInput, env: ToolEnv) -> InspectConfigOutput:
-    """Inspect a checkpoint's true layer layout: backbone and MTP/draft counts, a per-layer table
-    (dense/MoE, attention kind, routing, sharing), layer-indexed arrays and layer-id lists (with
-    their 0/1 base decided from tensor names or consumer code), periodic rules expanded per layer,
-    and quantization with ignore lists summarised. With safetensors present it cross-checks the
-    index and shard headers (never tensor data). With construct (default) it builds the config in the
-    recorded interpreter the way `vllm serve` does — plugins, hf_overrides, speculative rewrite — and
-    lists field-by-field differences. Unknowns are listed in evidence_gaps, never filled with defaults.
-    """
+    """A checkpoint's true layer layout (per-layer kinds, arrays, id lists, rules, quantization; headers
+    cross-checked); construct adds the config vLLM builds and its differences. next_step: plan_trim."""
     _check(args, env)
     plugin = plugin_access(args, env)
     inspection = inspect_checkpoint(_request(args), plugin, env.policy, env.store, env.interpreters)
-    pages = _pages(args, _rows(inspection.layout, inspection.report), inspection.built, inspection.probe_id)
-    return _output(inspection, pages)
+    differences = [DifferenceOut(**vars(d)) for d in inspection.built.differences] if inspection.built else []
+    return _pages(args, _output(inspection), _rows(inspection.layout, inspection.report), differences)
 
 
 SPEC = ToolSpec(

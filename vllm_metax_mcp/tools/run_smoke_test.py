@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from typing_extensions import Self
 
 from ..core.foundation.errors import ToolFailure, not_found
 from ..core.foundation.policy import Effect
@@ -24,65 +25,44 @@ from ..core.sources.subjects import Subject, SubjectKind
 from .arguments import SubjectArgs, open_plugin_subject
 from .spec import JobOutput, ToolEnv, ToolSpec
 
+TIMEOUT_S = 300
+SIZES = {"tp": (1, 64), "pp": (1, 64), "dp": (1, 64), "ep": (1, 4096), "max_model_len": (16, 2**24)}
+SIZES["timeout_s"] = (30, 3600)
 LOAD_FORMATS = Literal["auto", "dummy", "safetensors", "pt", "fastsafetensors", "sharded_state", "npcache"]
 
 
 class SmokeInput(SubjectArgs):
-    model: str | None = Field(
-        default=None,
-        description="Model directory (config.json, tokenizer; weights unless load_format=dummy). May be omitted when "
-        "cases is a tools/batched_test models file whose entry names the model.",
-    )
-    load_format: LOAD_FORMATS | None = Field(
-        default=None, description="vLLM --load-format; default: the case file's, else auto."
-    )
-    tp: int | None = Field(default=None, ge=1, le=64, description="Tensor parallel size (default 1).")
-    pp: int | None = Field(default=None, ge=1, le=64, description="Pipeline parallel size (default 1).")
-    dp: int | None = Field(default=None, ge=1, le=64, description="Data parallel size (default 1).")
-    ep: int | None = Field(
-        default=None, ge=1, le=4096, description="Expert parallel size: 1, or tp*dp (vLLM's --enable-expert-parallel)."
-    )
-    max_model_len: int | None = Field(default=None, ge=16)
+    model: str | None = Field(default=None, description="Model dir; optional with batched_model.")
+    load_format: LOAD_FORMATS | None = Field(default=None, description="Default: the cases' or auto.")
+    tp: int | None = None
+    pp: int | None = None
+    dp: int | None = None
+    ep: int | None = None
+    max_model_len: int | None = None
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
-    extra_args: list[str] = Field(
-        default_factory=list,
-        description="More serve options, e.g. ['--enforce-eager', '--dtype=float32'] (allow-listed).",
-    )
-    env: dict[str, str] = Field(
-        default_factory=dict, description="Variables for the server (allow-listed; never LD_PRELOAD, PYTHONPATH, ...)."
-    )
+    extra_args: list[str] = Field(default_factory=list, description="Serve options (allow-listed).")
+    env: dict[str, str] = Field(default_factory=dict, description="Allow-listed.")
     cases: list[dict[str, Any]] | str | None = Field(
-        default=None,
-        description="Inline cases (smoke_cases format), or a file: a smoke_cases.yaml or a tools/batched_test "
-        "models/cases YAML. Default: the model's smoke_cases.yaml if present, else one completion and one chat case.",
+        default=None, description="Inline or YAML path; default: the model's smoke_cases.yaml."
     )
-    batched_model: str | None = Field(
-        default=None, description="The entry to run when cases is a batched_test models file."
-    )
-    devices: list[int] | None = Field(
-        default=None, description="Device ids to use (default: free ones, chosen by occupancy)."
-    )
-    trust_remote_code: bool = Field(
-        default=False, description="Allow the model's own Python code (off unless turned on)."
-    )
-    speculative_config: dict[str, Any] | None = Field(default=None, description="vLLM --speculative-config (e.g. MTP).")
-    ray_address: str | None = Field(
-        default=None, description="A Ray cluster (auto or host:port): --distributed-executor-backend ray."
-    )
-    plugin_repo: str | None = Field(  # type: ignore[assignment]
-        default=None,
-        description="The vLLM-MetaX repository: its environment record supplies the interpreter, and it is the source "
-        "of subject worktree/index/revision.",
-    )
-    subject: SubjectKind = Field(
-        default=SubjectKind.INSTALLED,
-        description="installed: vllm_metax as the interpreter imports it; index/worktree/revision/directory: that "
-        "snapshot is exported and put first on PYTHONPATH, and the run proves the server imported it.",
-    )
-    timeout_s: int = Field(default=300, ge=30, le=3600, description="Deadline for the server to become healthy.")
-    python: str | None = Field(
-        default=None, description="Interpreter override (edit mode only; default: the environment record's)."
-    )
+    batched_model: str | None = Field(default=None, description="Entry of a batched_test file.")
+    devices: list[int] | None = None
+    trust_remote_code: bool = False
+    speculative_config: dict[str, Any] | None = None
+    ray_address: str | None = None
+    plugin_repo: str | None = None  # type: ignore[assignment]
+    subject: SubjectKind = SubjectKind.INSTALLED
+    timeout_s: int | None = Field(default=None, description="Health deadline; default 300.")
+    python: str | None = Field(default=None, description="Edit mode.")
+
+    @model_validator(mode="after")
+    def _sizes(self) -> Self:
+        """Bounds kept out of the schema (read on every tools/list), checked before any work all the same."""
+        for name, (least, most) in SIZES.items():
+            value = getattr(self, name)
+            if value is not None and not least <= value <= most:
+                raise ValueError(f"{name} is between {least} and {most}")
+        return self
 
 
 class RequestResult(BaseModel):
@@ -121,9 +101,7 @@ class SmokeOutput(JobOutput):
     verdict: Literal["passed", "failed", "blocked"] | None = None
     reasons: list[str] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
-    command: list[str] = Field(
-        default_factory=list, description="The exact argv launched (the wrapper runs the entry in-process)."
-    )
+    command: list[str] = Field(default_factory=list, description="The exact argv launched.")
     equivalent_command: list[str] = Field(default_factory=list, description="The same server started by hand.")
     entry: dict[str, str] | None = Field(
         default=None, description="how: 'vllm serve' or 'module'; module: the entry used."
@@ -132,9 +110,7 @@ class SmokeOutput(JobOutput):
     devices: dict[str, Any] | None = None
     versions: dict[str, str | None] = Field(default_factory=dict)
     import_origins: dict[str, ModuleOrigin] = Field(default_factory=dict)
-    subject: dict[str, Any] | None = Field(
-        default=None, description="The exported snapshot, its tree hash, and whether the server imported it."
-    )
+    subject: dict[str, Any] | None = Field(default=None, description="Exported snapshot, tree hash, imported or not.")
     startup_s: float | None = None
     requests: list[RequestResult] = Field(default_factory=list)
     requests_total: int = 0
@@ -144,9 +120,7 @@ class SmokeOutput(JobOutput):
     evidence_path: str = Field(default="", description="The evidence record, relative to the state directory.")
     manifest_sha256: str | None = Field(default=None, description="sha256 of the model's trim_manifest.json, if any.")
     load_validated: bool | None = Field(
-        default=None,
-        description="For a real-weight trim served with real weights: whether this run validated its load (recorded "
-        "against manifest_sha256); null when the run cannot validate one (no real-weight manifest, or dummy weights).",
+        default=None, description="Real-weight trim served with its weights: this run validated its load."
     )
     model_fingerprint: str | None = None
     cases_source: str | None = None
@@ -193,23 +167,13 @@ def _request(args: SmokeInput) -> SmokeRequest:
         trust_remote_code=args.trust_remote_code,
         speculative_config=args.speculative_config,
         ray_address=args.ray_address,
-        timeout_s=args.timeout_s,
+        timeout_s=args.timeout_s or TIMEOUT_S,
     )
 
 
 def run_smoke_test(args: SmokeInput, env: ToolEnv) -> Any:
-    """Start a real vLLM OpenAI-compatible server on a model (typically a trimmed one), send the smoke
-    cases (completion, chat, streaming, image) at temperature 0, and stop it so that nothing remains.
-
-    Occupancy first: a busy or missing device answers verdict=blocked and starts nothing; a process
-    this tool did not start is never touched. Dummy weights are checked for structure, token counts
-    and determinism, real weights also for expected keywords. With subject index/worktree/revision/
-    directory the snapshot is exported and put first on PYTHONPATH, and the result proves from the
-    running server's import origins that it was used. Cases come from `cases` (inline or a file: a
-    smoke_cases.yaml, or the plugin's tools/batched_test YAML), else the model's smoke_cases.yaml,
-    else one completion and one chat case. Runs as a job: poll it with `jobs`; the evidence record
-    lands in the state directory.
-    """
+    """Serve a (trimmed) model on a real vLLM server, run the smoke cases at temperature 0, stop it
+    leaving nothing. Busy devices: verdict=blocked. A job: poll jobs."""
     python, repo = _interpreter(args, env)
 
     def open_subject() -> Subject:

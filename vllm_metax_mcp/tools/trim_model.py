@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
+from typing_extensions import Self
 
 from ..core.checkpoint.evidence import CheckpointEvidence, checkpoint_evidence
 from ..core.foundation.atomic import scratch_prefix
@@ -23,8 +24,8 @@ from ..core.trim.plan import Plan, Source, make_plan
 from ..core.trim.real import real_trim_job
 from ..core.trim.real_checks import CheckedTrim, check_real_trim
 from ..core.trim.report import plan_context
-from .arguments import PlanTrimInput, PlanTrimOutput, plan_trim_output, plugin_access
-from .spec import JobInfo, ToolEnv, ToolSpec
+from .arguments import PlanTrimInput, PlanTrimOutput, fit_plan, plan_trim_output, plugin_access
+from .spec import JobInfo, NextCall, ToolEnv, ToolSpec
 
 PLAN_FIELDS = {
     "kept_layers",
@@ -40,36 +41,23 @@ PLAN_FIELDS = {
 }
 """The fields of the plan that go into the manifest."""
 EXAMPLES_SHOWN = 10
+MAX_SHARD_BYTES = 5_000_000_000
 REAL_TRIM_JOB = "vllm_metax_mcp.core.trim.real:run_job"
 
 
 class TrimModelInput(PlanTrimInput):
-    output: str = Field(
-        description="New directory under an output root (never inside the source checkpoint or a protected path)."
-    )
-    output_mode: Literal["dummy", "real"] = Field(
-        default="dummy",
-        description="dummy: config, tokenizer/processor assets and smoke cases for --load-format dummy (no "
-        "weights). real: a self-contained safetensors checkpoint of the retained tensors, renamed by the layer map, "
-        "copied as raw bytes, verified, with a proven extract.py; runs as a job.",
-    )
-    overwrite: bool = Field(
-        default=False,
-        description="Replace an earlier output of this server (a directory with its trim_manifest.json or export "
-        "marker that the server's state directory recorded writing, holding no git repository and no file a "
-        "repository tracks, not a read root, output root or protected path) — only once the new one is complete.",
-    )
-    max_shard_bytes: int = Field(
-        default=5_000_000_000,
-        ge=1,
-        description="real: the largest output shard (a bigger tensor gets a shard of its own).",
-    )
-    max_disk_bytes: int | None = Field(
-        default=None,
-        ge=0,
-        description="real: refuse before writing when the output plus its reproduction check would need more (a "
-        "quota).",
-    )
+    output: str = Field(description="New dir under an output root.")
+    output_mode: Literal["dummy", "real"] = Field(default="dummy", description="real copies weights (a job).")
+    overwrite: bool = Field(default=False, description="Replace an earlier output.")
+    max_shard_bytes: int | None = Field(default=None, ge=1, description="real; default 5e9.")
+    max_disk_bytes: int | None = Field(default=None, ge=0, description="real.")
+
+    @model_validator(mode="after")
+    def _real_settings_need_real(self) -> Self:
+        given = [name for name in ("max_shard_bytes", "max_disk_bytes") if getattr(self, name) is not None]
+        if given and self.output_mode != "real":
+            raise ValueError(f"{', '.join(given)} applies only to output_mode=real (a dummy trim writes no weights)")
+        return self
 
 
 class WeightsOut(BaseModel):
@@ -90,25 +78,15 @@ class VerifiedOut(BaseModel):
 class TrimModelOutput(PlanTrimOutput):
     output: str = Field(default="", description="The written directory, as given.")
     output_mode: str = ""
-    files: list[str] = Field(default_factory=list, description="Files written (relative to output).")
-    manifest: str = Field(default="", description="The trim manifest, relative to the first root.")
+    files: list[str] = Field(default_factory=list, description="Files written, relative to output.")
+    manifest: str = Field(default="", description="trim_manifest.json, relative to the first root.")
     manifest_sha256: str = ""
-    weights: WeightsOut | None = Field(default=None, description="real: the retained tensors and how they were named.")
-    verified: VerifiedOut | None = Field(
-        default=None, description="real: tensors and bytes reopened and compared byte for byte with the source."
-    )
-    script_reproduced: bool | None = Field(
-        default=None, description="real: the shipped extract.py, run alone, recreated identical files."
-    )
-    load_validated: bool | None = Field(
-        default=None, description="real: always false here; run validate_with (a non-dummy load) to validate it."
-    )
-    validate_with: dict[str, Any] | None = Field(
-        default=None, description="real: the run_smoke_test call that validates the load."
-    )
-    job: JobInfo | None = Field(
-        default=None, description="real: set while the copy still runs; poll it with the jobs tool."
-    )
+    weights: WeightsOut | None = Field(default=None, description="real: the retained tensors and their names.")
+    verified: VerifiedOut | None = Field(default=None, description="real: reopened and compared byte for byte.")
+    script_reproduced: bool | None = Field(default=None, description="real: extract.py recreated identical files.")
+    load_validated: bool | None = Field(default=None, description="real: false until validate_with passes.")
+    validate_with: dict[str, Any] | None = Field(default=None, description="real: the run_smoke_test call to run.")
+    job: JobInfo | None = Field(default=None, description="real: set while the copy runs; poll jobs.")
 
 
 def _planned(args: TrimModelInput, env: ToolEnv, evidence: CheckpointEvidence, plan: Plan) -> PlanTrimOutput:
@@ -143,7 +121,9 @@ def _start_real(
     args: TrimModelInput, env: ToolEnv, evidence: CheckpointEvidence, source: Source, plan: Plan, target: TrimTarget
 ) -> JobHandle:
     """Every check that can refuse runs here, before a byte is written; the copy itself runs as a job."""
-    checked = check_real_trim(source, plan, target, args.max_shard_bytes, args.max_disk_bytes, env.policy)
+    checked = check_real_trim(
+        source, plan, target, args.max_shard_bytes or MAX_SHARD_BYTES, args.max_disk_bytes, env.policy
+    )
     planned = _planned(args, env, evidence, plan)
     call = validate_with(target, env.policy, args.plugin_repo if "plugin_repo" in args.model_fields_set else None)
     output = TrimModelOutput(
@@ -154,6 +134,7 @@ def _start_real(
         weights=_weights_out(checked),
         validate_with=call,
     )
+    output.next_step = NextCall(**call)
     manifest = manifest_document(_manifest_head(args, planned), source_hashes(plan, source.directory, env.policy), {})
     job = real_trim_job(
         checked,
@@ -163,28 +144,15 @@ def _start_real(
         env.policy,
         manifest,
         call,
-        output.model_dump(mode="json", exclude={"result_id", "job"}),
+        fit_plan(output).model_dump(mode="json", exclude={"result_id", "job"}),
     )
     scratch = Scratch(str(target.path.parent), scratch_prefix(target.path, "{job}"), target.path.name)
     return env.jobs.start(env.tool, REAL_TRIM_JOB, job, scratch=[scratch])
 
 
 def trim_model(args: TrimModelInput, env: ToolEnv) -> TrimModelOutput | JobHandle:
-    """Write a depth-trimmed model: the plan of plan_trim applied to the raw config.json (depth, per-layer
-    arrays with their MTP tail, layer-id lists in their own base, threshold and periodic rules, MTP count,
-    quantization ignore lists renumbered), one copy of each tokenizer / generation / chat-template /
-    processor asset, `trim_manifest.json` (source hashes, plan, layer map, coverage, uncovered paths) and
-    `smoke_cases.yaml` for run_smoke_test. The directory appears whole or not at all, only under an output
-    root and never inside the source checkpoint.
-
-    output_mode="dummy" writes no weights (for --load-format dummy). output_mode="real" runs as a job: the
-    source is checked first (every shard present, every header consistent, not a per-rank partition, disk
-    space), the retained tensors are copied as raw bytes under names mapped by the layer map (MTP layers
-    after the backbone follow it), every output tensor is compared byte for byte with its source, the
-    output is cross-checked against the reduced config, and a standalone `extract.py` is shipped and proven
-    by running it once. The result says load_validated=false and gives the run_smoke_test call that
-    validates the load.
-    """
+    """Write plan_trim's plan as a model dir (atomic): config, assets, trim_manifest.json, smoke cases;
+    real copies kept tensors byte-exact, verified. next_step: run_smoke_test."""
     evidence = checkpoint_evidence(plugin_access(args, env), env.policy, env.store, args.model, args.model_revision)
     source = Source.of(evidence, env.policy)
     path = env.policy.writable(args.output, overwrite=args.overwrite)
@@ -194,7 +162,7 @@ def trim_model(args: TrimModelInput, env: ToolEnv) -> TrimModelOutput | JobHandl
         return _start_real(args, env, evidence, source, plan, target)
     planned = _planned(args, env, evidence, plan)
     written = write_dummy(source, plan, target, _manifest_head(args, planned), env.policy)
-    return TrimModelOutput(
+    output = TrimModelOutput(
         **dict(planned),
         output=args.output,
         output_mode=args.output_mode,
@@ -202,6 +170,15 @@ def trim_model(args: TrimModelInput, env: ToolEnv) -> TrimModelOutput | JobHandl
         manifest=manifest_label(path, env.policy),
         manifest_sha256=written.manifest_sha256,
     )
+    output.next_step = _smoke_dummy(args, target, env)
+    return fit_plan(output)
+
+
+def _smoke_dummy(args: TrimModelInput, target: TrimTarget, env: ToolEnv) -> NextCall:
+    """A dummy-weight server on the output, running the smoke cases the trim wrote."""
+    call = validate_with(target, env.policy, args.plugin_repo if "plugin_repo" in args.model_fields_set else None)
+    arguments = {**call["arguments"], "load_format": "dummy"}
+    return NextCall(tool="run_smoke_test", arguments=arguments, why="serve it with dummy weights; run its smoke cases")
 
 
 SPEC = ToolSpec(

@@ -3,6 +3,7 @@ records beside it, what the server log shows, and the tool's output made from th
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import asdict, dataclass, field
@@ -19,6 +20,8 @@ LOG_TAIL_CHARS = 4000
 LOG_READ_BYTES = 512 * 1024
 MAX_ERRORS = 10
 MAX_REQUESTS_IN_OUTPUT = 24
+OUTPUT_CHARS = 19_000
+"""The most the output may hold (compact JSON), below RESULT_BUDGET for the job wrapper and result id."""
 LOG_PREFIX = re.compile(r"^\([^)]*\)\s+[A-Z]+\s+[\d-]+\s+[\d:.]+\s+\[[^\]]*\]\s*")
 EXCEPTION_LINE = re.compile(r"^[\w.]*(Error|Exception|Exit|Interrupt)\b:?")
 NOISE = ("Route: ", " - leaked ", "nanobind: ", " - ... skipped remainder")
@@ -200,7 +203,8 @@ def read_log(path: Path) -> LogSummary:
 
 
 def output_of(evidence: SmokeEvidence) -> dict[str, Any]:
-    """The tool's output: the evidence less what only the record needs, with requests bounded."""
+    """The tool's output: the evidence less what only the record needs, with requests bounded by count and by
+    size (failed ones first; the record holds them all), and the call to make after a failure."""
     requests = evidence.requests
     shown = requests
     if len(requests) > MAX_REQUESTS_IN_OUTPUT:
@@ -208,6 +212,18 @@ def output_of(evidence: SmokeEvidence) -> dict[str, Any]:
         shown = (failed + [r for r in requests if r.ok and r.mode == "first"])[:MAX_REQUESTS_IN_OUTPUT]
     record = evidence.to_json()
     output = {name: record[name] for name in OUTPUT_FIELDS if name in record}
-    output["requests"] = [without_unset(asdict(r)) for r in shown]
     output["requests_total"] = len(requests)
+    if evidence.verdict == "failed":
+        output["next_step"] = {
+            "tool": "inspect_config",
+            "arguments": {"model": evidence.model},
+            "why": "the server failed (see reasons, errors, log_tail): check the layout vLLM builds from this model",
+        }
+    room = OUTPUT_CHARS - len(json.dumps(output, separators=(",", ":"), default=str))
+    output["requests"] = []
+    for entry in (without_unset(asdict(r)) for r in shown):
+        room -= len(json.dumps(entry, separators=(",", ":"), default=str)) + 1
+        if room < 0:
+            break
+        output["requests"].append(entry)
     return output
