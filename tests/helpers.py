@@ -133,6 +133,22 @@ def pids_with_marker(job_id: str) -> list[int]:
     return found
 
 
+def live_pids_with_env(name: str, value: str) -> list[int]:
+    """Live (not zombie) processes whose environment has `name=value`: a server started with a marker
+    variable and everything it started, whatever became of their parents."""
+    marker = f"{name}={value}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if marker in (entry / "environ").read_bytes().split(b"\0") and pid_alive(int(entry.name)):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
 def kill_pids(pids: list[int]) -> None:
     for pid in pids:
         try:

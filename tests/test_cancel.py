@@ -16,7 +16,7 @@ from typing import Any
 
 import anyio
 import pytest
-from helpers import console_script
+from helpers import console_script, live_pids_with_env
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from test_progress import traced_workspace
@@ -165,18 +165,7 @@ def test_a_cancelled_call_leaves_no_process(point: str, tmp_path: Path, upstream
 
 
 def _with_marker(marker: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        stat = _stat(int(entry.name))
-        if f"{MARKER}={marker}".encode() in environ and stat is not None and stat[0] != "Z":
-            found.append(int(entry.name))
-    return found
+    return live_pids_with_env(MARKER, marker)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
