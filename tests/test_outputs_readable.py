@@ -106,3 +106,18 @@ def test_a_tool_that_does_not_write_gets_no_output_path(tmp_path: Path, effect: 
     writes = ToolSpec("probe", Effect.WRITES, _read_tool_that_writes, _Probe, ToolOutput, "probe")
     call(writes, {"output": str(tmp_path / "outputs" / "canary-dir")}, rt)
     assert (tmp_path / "outputs" / "canary-dir").is_dir()
+
+
+def test_an_output_root_does_not_open_the_state_directory_inside_it(tmp_path: Path) -> None:
+    """--output-root ~ with the state under ~/.local/state: the outputs read, the server's records do not."""
+    (tmp_path / "root").mkdir()
+    outputs = tmp_path / "outputs"
+    (outputs / "trim").mkdir(parents=True)
+    (outputs / "trim" / "config.json").write_text("{}")
+    state = outputs / "state"
+    rt = Runtime.create([str(tmp_path / "root")], output_roots=[str(outputs)], state_dir=str(state))
+    rt.store.write("results/r-canary.json", {"canary": True})
+    assert rt.policy.readable(outputs / "trim" / "config.json") == (outputs / "trim" / "config.json").resolve()
+    with pytest.raises(ToolFailure) as refused:
+        rt.policy.readable(state / "results" / "r-canary.json")
+    assert refused.value.code is ErrorCode.OUTSIDE_ROOTS

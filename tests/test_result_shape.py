@@ -6,6 +6,7 @@ result a tool failed to page — the largest fields given way with the stored wh
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -19,7 +20,7 @@ from vllm_metax_mcp.core.foundation.policy import Effect
 from vllm_metax_mcp.core.foundation.results import RESULT_BUDGET
 from vllm_metax_mcp.server.app import build_server
 from vllm_metax_mcp.tools.output import compact, sent, text_of
-from vllm_metax_mcp.tools.spec import JobInfo, JobOutput, Runtime, ToolEnv, ToolOutput, ToolSpec
+from vllm_metax_mcp.tools.spec import JobInfo, JobOutput, NextCall, Runtime, ToolEnv, ToolOutput, ToolSpec
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -67,7 +68,7 @@ def call(tmp_path: Path, arguments: dict[str, Any]) -> tuple[Any, list[str]]:
     async def body() -> tuple[Any, list[str]]:
         async with Client(server) as client:
             result = await client.call_tool("shapes", arguments)
-            pages, uri = [], (result.structured_content.get("truncated") or {}).get("resource")
+            pages, uri = [], (result.structured_content.get("omitted") or {}).get("resource")
             while uri:
                 read = await client.read_resource(uri)
                 pages.append(read.contents[0].text)
@@ -92,8 +93,8 @@ def test_a_result_too_big_gives_way_field_by_field_and_points_at_the_whole(tmp_p
     result, pages = call(tmp_path, {"rows": 400, "width": 200})  # ~82k of rows: the tool forgot to page
     text = result.content[0].text
     assert len(text) <= RESULT_BUDGET
-    truncated = result.structured_content["truncated"]
-    assert truncated["fields"] == ["rows"] and truncated["resource"].endswith(result.structured_content["result_id"])
+    omitted = result.structured_content["omitted"]
+    assert omitted["fields"] == ["rows"] and omitted["resource"].endswith(result.structured_content["result_id"])
     assert result.structured_content["title"] == "t"  # what fits stays
     assert pages and all(len(page) <= RESULT_BUDGET for page in pages)
     rows = [row for page in pages for row in json.loads(page)["rows"]]
@@ -142,3 +143,53 @@ def test_a_tool_sees_the_arguments_the_client_sent_not_the_filled_in_defaults(tm
             return [(await client.call_tool("given", a)).structured_content["given"] for a in ({}, {"second": "c"})]
 
     assert anyio.run(body) == [[], ["second"]]
+
+
+class EchoInput(BaseModel):
+    paths: list[str] = Field(default_factory=list, max_length=100_000)
+    sleep_s: float = 0.0
+
+
+class EchoOutput(ToolOutput):
+    rows: list[str] = Field(default_factory=list)
+
+
+def echo(args: EchoInput, env: ToolEnv) -> EchoOutput:
+    """A page that fits without its next_step, which repeats the call's (long) arguments."""
+    time.sleep(args.sleep_s)
+    following = NextCall(tool="echo", arguments={"paths": args.paths, "cursor": "c2"}, why="the next page.")
+    return EchoOutput(rows=["r" * 100] * 150, next_step=following)
+
+
+def test_a_next_step_repeating_long_arguments_gives_way_before_the_data(tmp_path: Path) -> None:
+    runtime = Runtime.create([str(tmp_path)], state_dir=str(tmp_path.parent / f"{tmp_path.name}-state"))
+    server = build_server(runtime, tools=(ToolSpec("echo", Effect.READS, echo, EchoInput, EchoOutput, "echo"),))
+
+    async def body() -> Any:
+        async with Client(server) as client:
+            return await client.call_tool("echo", {"paths": [f"pkg/file_{i}.py" for i in range(1500)]})
+
+    result = anyio.run(body)
+    assert len(result.content[0].text) <= RESULT_BUDGET and len(result.structured_content["rows"]) == 150
+    step = result.structured_content["next_step"]
+    assert step["arguments"] == {"cursor": "c2"} and "Pass this call's own paths as well." in step["why"]
+    assert "omitted" not in result.structured_content
+
+
+def test_a_slow_call_in_a_thread_reports_progress(tmp_path: Path) -> None:
+    """Tools that run in a thread report nothing themselves: after a second the server says the call works,
+    and the heartbeat keeps it rising (strictly) until the answer."""
+    runtime = Runtime.create([str(tmp_path)], state_dir=str(tmp_path.parent / f"{tmp_path.name}-state"))
+    server = build_server(runtime, tools=(ToolSpec("echo", Effect.READS, echo, EchoInput, EchoOutput, "echo"),))
+    seen: list[tuple[float, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, message))
+
+    async def body() -> Any:
+        async with Client(server) as client:
+            return await client.call_tool("echo", {"sleep_s": 3.5}, progress_callback=on_progress)
+
+    assert not anyio.run(body).is_error
+    assert len(seen) >= 2 and all(message == "echo: working" for _, message in seen)
+    assert all(b[0] > a[0] for a, b in zip(seen, seen[1:], strict=False))

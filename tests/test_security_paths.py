@@ -1048,6 +1048,8 @@ REVIEWED_READS = {
     ("core/code/module_index.py", "_append"): "the state directory's module index",
     ("core/foundation/jobs.py", "start"): "the job's log in the state directory",
     ("core/foundation/jobs.py", "processes_of_job"): "/proc",
+    ("core/foundation/process_call.py", "group_members"): "/proc",
+    ("core/foundation/process_call.py", "_quiet_stdio"): "/dev/null, as a worker's stdin and stdout",
     ("core/foundation/jobs.py", "_alive"): "/proc",
     ("core/smoke/processes.py", "_stat_fields"): "/proc",
     ("core/smoke/processes.py", "processes_of"): "/proc",

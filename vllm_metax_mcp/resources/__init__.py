@@ -102,9 +102,17 @@ def _rows(value: Any, path: list[Any]) -> list[list[Any]]:
     if isinstance(value, (dict, list)) and value and len(_compact(value)) > ROW_SPLIT:
         items = sorted(value.items()) if isinstance(value, dict) else enumerate(value)
         return [row for key, item in items for row in _rows(item, [*path, key])]
-    if isinstance(value, str) and len(value) > RESULT_BUDGET // 2:
-        value = value[: RESULT_BUDGET // 2] + f"…[{len(value) - RESULT_BUDGET // 2} chars cut]"
+    if isinstance(value, str) and len(_compact(value)) > RESULT_BUDGET // 2:
+        value = _cut(value, RESULT_BUDGET // 2)
     return [[path, value]]
+
+
+def _cut(text: str, chars: int) -> str:
+    """`text` shortened until its JSON form (escapes count: a control character is six) fits `chars`."""
+    kept = text
+    while len(_compact(kept)) > chars:
+        kept = kept[: min(len(kept) - 1, len(kept) * chars // len(_compact(kept)))]
+    return kept + f"…[{len(text) - len(kept)} chars cut]"
 
 
 def paged_json(document: object | None, what: str, uri: str, cursor: str) -> str:

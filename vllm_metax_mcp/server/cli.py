@@ -121,7 +121,8 @@ def cmd_call(options: argparse.Namespace) -> int:
     except ToolFailure as failure:
         return _fail(failure.message, EXIT_USAGE)
     try:
-        env = ToolEnv(runtime=runtime, tool=spec.name, progress=progress)
+        # progress lines are for a person at a terminal; a script reads stderr as the error JSON
+        env = ToolEnv(runtime=runtime, tool=spec.name, progress=progress if sys.stderr.isatty() else None)
         output = anyio.run(lambda: invoke(spec, arguments, env, job_wait_s=0 if options.no_wait else math.inf))
     except ToolFailure as failure:
         print(json.dumps({"error": failure.to_dict()}, indent=2), file=sys.stderr)

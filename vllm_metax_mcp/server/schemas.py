@@ -174,7 +174,9 @@ class _Context:
 
     def node(self, node: dict[str, Any]) -> dict[str, Any]:
         variants = node.get("anyOf")
-        if isinstance(variants, list) and NULL in variants:
+        if isinstance(variants, list) and NULL in variants and node.get("default", "absent") is None:
+            # an optional argument (default null): leaving it out says the same; a null inside a value
+            # (`{"path": null}`: no counterpart) is meaningful and keeps its variant
             rest = [v for v in variants if v != NULL]
             node = {k: v for k, v in node.items() if k != "anyOf"}
             if len(rest) == 1:

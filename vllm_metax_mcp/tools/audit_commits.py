@@ -80,8 +80,8 @@ class AuditCommitsInput(UpstreamArgs):
         description="list (commit: one; patch: its diff), local (plugin commits in local_range), record/annotate "
         "(entries), baseline (diff_model's differences), status, recheck (unexplained diffs), export",
     )
-    paths: list[str] = Field(default_factory=lambda: ["vllm_metax/models/"])
-    mapping_overrides: dict[str, str | None] = Field(default_factory=dict, description="path: upstream path")
+    paths: list[str] = Field(default_factory=lambda: ["vllm_metax/models/"], max_length=256)
+    mapping_overrides: dict[str, str | None] = Field(default_factory=dict, max_length=256, description="path: upstream")
     releases: list[str] = Field(default_factory=list, max_length=MAX_RELEASES, description="Tags, oldest first")
     base: str | None = Field(default=None, description="One base for all")
     local_range: str | None = Field(default=None, description="Plugin START..END")

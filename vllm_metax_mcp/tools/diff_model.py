@@ -43,9 +43,11 @@ from .spec import NextCall, ToolEnv, ToolOutput, ToolSpec
 
 
 class DiffModelInput(UpstreamArgs):
-    paths: list[str] = Field(default_factory=lambda: ["vllm_metax/models/"], description="Plugin files or dirs.")
+    paths: list[str] = Field(
+        default_factory=lambda: ["vllm_metax/models/"], max_length=256, description="Plugin files or dirs."
+    )
     mapping_overrides: dict[str, str | None] = Field(
-        default_factory=dict, description="Plugin path -> upstream path (null: none)."
+        default_factory=dict, max_length=256, description="Plugin path -> upstream path (null: none)."
     )
     releases: list[str] = Field(
         default_factory=list,

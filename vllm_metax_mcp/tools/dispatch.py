@@ -22,7 +22,7 @@ from ..core.foundation.errors import ErrorCode, ToolFailure, bad_input
 from ..core.foundation.jobs import JobHandle, job_resource, poll_after, progress_message
 from ..core.foundation.policy import Effect, writes_refused
 from ..core.foundation.process_call import run_in_process
-from ..core.foundation.progress import Monotonic
+from ..core.foundation.progress import HEARTBEAT_S, Monotonic
 from ..core.foundation.results import record_result
 from ..core.foundation.safe_load import check_arguments
 from .spec import JobInfo, ToolEnv, ToolSpec
@@ -109,7 +109,8 @@ async def _invoke(spec: ToolSpec, raw: dict[str, Any], env: ToolEnv, job_wait_s:
     elif spec.cpu_heavy:
         output = await run_in_worker(spec, arguments, env, progress)
     else:
-        output = await anyio.to_thread.run_sync(guarded(spec), arguments, env, abandon_on_cancel=True)
+        work = anyio.to_thread.run_sync(guarded(spec), arguments, env, abandon_on_cancel=True)
+        output = await with_heartbeat(progress, work, announce=f"{spec.name}: working")
     if isinstance(output, JobHandle):
         output = await settle_job(spec, output.job_id, env, job_wait_s, progress)
     output.result_id = record_result(
@@ -144,13 +145,16 @@ async def run_in_worker(spec: ToolSpec, arguments: BaseModel, env: ToolEnv, prog
     return await with_heartbeat(progress, work)
 
 
-async def with_heartbeat(progress: Monotonic | None, work: Awaitable[T]) -> T:
-    """`await work`, while `progress` re-sends its last value (a little higher) whenever it falls silent."""
+async def with_heartbeat(progress: Monotonic | None, work: Awaitable[T], announce: str | None = None) -> T:
+    """`await work`, while `progress` re-sends its last value (a little higher) whenever it falls silent;
+    `announce`: the first report of work that reports nothing itself, once it has run for HEARTBEAT_S."""
     if progress is None:
         return await work
     failure: Exception | None = None
     async with anyio.create_task_group() as group:
         group.start_soon(progress.heartbeat)
+        if announce is not None:
+            group.start_soon(_announce, progress, announce)
         try:
             result = await work
         except Exception as exc:  # raised below, outside the group, as itself (not an exception group)
@@ -159,6 +163,11 @@ async def with_heartbeat(progress: Monotonic | None, work: Awaitable[T]) -> T:
     if failure is not None:
         raise failure
     return result
+
+
+async def _announce(progress: Monotonic, message: str) -> None:
+    await anyio.sleep(HEARTBEAT_S)
+    await progress.report(0, PERCENT, message)
 
 
 async def settle_job(spec: ToolSpec, job_id: str, env: ToolEnv, wait_s: float, progress: Monotonic | None) -> BaseModel:

@@ -9,7 +9,14 @@ from pydantic import BaseModel, Field
 from ..core.foundation.errors import bad_input
 from ..core.foundation.jobs import FINAL_STATES, job_resource, poll_after, progress_message
 from ..core.foundation.policy import Effect
-from ..core.foundation.results import RESULT_BUDGET, SizeBudget, inputs_fingerprint, paginate, record_result
+from ..core.foundation.results import (
+    RESULT_BUDGET,
+    SizeBudget,
+    inputs_fingerprint,
+    paginate,
+    record_result,
+    result_resource,
+)
 from .output import rows_budget, size_of
 from .spec import JobInfo, NextCall, ToolEnv, ToolOutput, ToolSpec
 
@@ -70,7 +77,7 @@ def _detail(env: ToolEnv, status: dict[str, Any], with_result: bool = False) -> 
     )
     result = _final_result(env, status) if with_result else None
     if result is not None and size_of(JobsOutput(job=detail.model_copy(update={"result": result}))) > RESULT_BUDGET:
-        return detail.model_copy(update={"result_resource": f"vllm-metax://results/{result['result_id']}"})
+        return detail.model_copy(update={"result_resource": result_resource(result["result_id"])})
     return detail.model_copy(update={"result": result})
 
 
@@ -85,7 +92,8 @@ def _list(args: JobsInput, env: ToolEnv) -> JobsOutput:
         max_limit=MAX_LIMIT,
         budget=SizeBudget(size_of=lambda status: size_of(_detail(env, status)), chars=row.chars),
     )
-    more = NextCall(tool="jobs", arguments={"action": "list", "cursor": page.next_cursor}, why="more jobs")
+    paging = {"action": "list", "cursor": page.next_cursor} | ({"limit": args.limit} if args.limit else {})
+    more = NextCall(tool="jobs", arguments=paging, why="more jobs")
     return JobsOutput(
         jobs=[_detail(env, s) for s in page.items],
         total=page.total,

@@ -68,28 +68,44 @@ class Sent:
 
 
 def sent(model: BaseModel) -> Sent:
-    """What the client receives. Tools page by size, so this is `compact` and `text_of`; should a result
-    still cross the budget (one row larger than a page), its largest optional fields give way, largest
-    first, and `truncated` names them and the stored whole result's resource (paged) — never a reply an
-    agent cannot take in."""
+    """What the client receives. Tools page by size, so this is `compact` and `text_of`. Should a result
+    still cross the budget, first `next_step` stops repeating long arguments (the call's own, echoed),
+    then its largest optional fields give way, largest first, and `omitted` names them and the stored
+    whole result's resource (paged) — never a reply an agent cannot take in."""
     structured = compact(model)
     text = _text(type(model), structured)
     if len(text) <= RESULT_BUDGET:
         return Sent(structured, text)
+    if isinstance(structured.get("next_step"), dict):
+        structured["next_step"] = _short_step(structured["next_step"])
     fields = type(model).model_fields
     optional = [info.alias or name for name, info in fields.items() if not info.is_required()]
     dropped: list[str] = []
-    while len(text) > RESULT_BUDGET - CURSOR_RESERVE:
+    while len(text := _text(type(model), structured)) > RESULT_BUDGET - CURSOR_RESERVE:
         present = [name for name in optional if name in structured and name not in ("result_id", "next_step")]
         if not present:
             break
         largest = max(present, key=lambda name: len(json.dumps(structured[name], separators=(",", ":"))))
         del structured[largest]
         dropped.append(largest)
-        text = _text(type(model), structured)
     result_id = getattr(model, "result_id", "")
-    structured["truncated"] = {"fields": dropped, "resource": result_resource(result_id) if result_id else None}
+    if dropped or len(text) > RESULT_BUDGET:
+        structured["omitted"] = {"fields": dropped, "resource": result_resource(result_id) if result_id else None}
     return Sent(structured, _text(type(model), structured))
+
+
+STEP_ARGUMENT_CHARS = 500
+"""The longest argument value `next_step` repeats when a result is over budget."""
+
+
+def _short_step(step: dict[str, Any]) -> dict[str, Any]:
+    arguments = step.get("arguments") or {}
+    long = sorted(k for k, v in arguments.items() if len(json.dumps(v, separators=(",", ":"))) > STEP_ARGUMENT_CHARS)
+    if not long:
+        return step
+    kept = {k: v for k, v in arguments.items() if k not in long}
+    why = f"{step.get('why', '')} Pass this call's own {', '.join(long)} as well.".strip()
+    return {**step, "arguments": kept, "why": why}
 
 
 def size_of(model: BaseModel) -> int:

@@ -48,7 +48,7 @@ class TraceInput(UpstreamArgs):
     direction: Literal["dependencies", "consumers"] = "dependencies"
     base: str | None = Field(default=None, description="Base revision (deltas).")
     depth: int = Field(default=4, ge=1, le=50, description="Import hops.")
-    platform_answers: dict[str, bool] = Field(default_factory=dict, description="is_* answers.")
+    platform_answers: dict[str, bool] = Field(default_factory=dict, max_length=256, description="is_* answers.")
     section: Section = Field(default="summary", description="summary, or the list to page.")
     view: View = Field(default="changes", description="inventory/boundaries: changed or all.")
     follow_owned: bool = Field(default=False, description="Enter other workflows' modules.")

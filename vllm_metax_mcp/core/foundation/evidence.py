@@ -4,38 +4,44 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
-class FileEvidence(BaseModel):
+class _Item(BaseModel):
+    """A key an item does not have is a mistake (`revison`), not something to drop in silence."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class FileEvidence(_Item):
     kind: Literal["file"] = "file"
     path: str = Field(description="Repository-relative POSIX path.")
     line: int = Field(ge=1)
     rev: str = Field(description="Blob sha or revision the path and line refer to.")
 
 
-class CommitEvidence(BaseModel):
+class CommitEvidence(_Item):
     kind: Literal["commit"] = "commit"
     sha: str
 
 
-class ToolResultEvidence(BaseModel):
+class ToolResultEvidence(_Item):
     kind: Literal["tool_result"] = "tool_result"
     result_id: str
 
 
-class TestEvidence(BaseModel):
+class TestEvidence(_Item):
     kind: Literal["test"] = "test"
     name: str
     outcome: Literal["passed", "failed", "skipped", "error"]
 
 
-class ProbeEvidence(BaseModel):
+class ProbeEvidence(_Item):
     kind: Literal["probe"] = "probe"
     probe_id: str
 
 
-class NoteEvidence(BaseModel):
+class NoteEvidence(_Item):
     kind: Literal["note"] = "note"
     text: str
 

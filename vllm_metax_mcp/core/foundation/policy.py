@@ -236,8 +236,12 @@ class Policy:
         )
 
     def is_readable(self, resolved: Path) -> bool:
-        """Whether an already resolved path lies in a read root, an output root or a readable place."""
-        return any(is_within(resolved, r) for r in [*self.roots, *self.output_roots, *self.readable_extra])
+        """Whether an already resolved path lies in a read root, an output root or a readable place. An output
+        root makes its outputs readable, not the state directory an operator placed inside it."""
+        if any(is_within(resolved, r) for r in [*self.roots, *self.readable_extra]):
+            return True
+        in_state = self.state_dir is not None and is_within(resolved, self.state_dir)
+        return not in_state and any(is_within(resolved, r) for r in self.output_roots)
 
     def open_readable(self, path: str | os.PathLike[str]) -> BinaryIO:
         """A file the server reads, opened after the root check on its resolved path (see open_resolved)."""
