@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ..core.checkpoint.evidence import checkpoint_evidence
 from ..core.foundation.policy import Effect
+from ..core.foundation.progress import phase
 from ..core.trim.plan import Source, make_plan
 from ..core.trim.report import plan_context
 from .arguments import (
@@ -24,8 +25,10 @@ from .spec import NextCall, ToolEnv, ToolSpec
 def plan_trim(args: PlanTrimInput, env: ToolEnv) -> PlanTrimOutput:
     """Plan a depth trim (writes nothing): fewest layers keeping every distinct path; coverage,
     layer_map, config changes, budgets. next_step: trim_model."""
-    evidence = checkpoint_evidence(plugin_access(args, env), env.policy, env.store, args.model, args.model_revision)
-    plan = make_plan(Source.of(evidence, env.policy), args.trim_request())
+    with phase("reading the checkpoint and the code that reads its config", 0.8):
+        evidence = checkpoint_evidence(plugin_access(args, env), env.policy, env.store, args.model, args.model_revision)
+    with phase("choosing the layers", 0.15):
+        plan = make_plan(Source.of(evidence, env.policy), args.trim_request())
     output = plan_trim_output(plan, plan_context(evidence, plan, env.policy, args.plugin_repo))
     output.next_step = NextCall(
         tool="trim_model",
