@@ -73,9 +73,7 @@ def _signature(row: dict[str, Any], definitions: dict[str, Any]) -> str:
 
 def _lean(schema: dict[str, Any], *, keep_defaults: bool) -> dict[str, Any]:
     definitions = schema.pop("$defs", {})
-    if not keep_defaults:
-        _merge_tagged_unions(schema, definitions)
-    uses = _ref_counts(schema) | {}
+    uses = _ref_counts(schema)
     for body in definitions.values():
         for name, count in _ref_counts(body).items():
             uses[name] = uses.get(name, 0) + count
@@ -86,68 +84,6 @@ def _lean(schema: dict[str, Any], *, keep_defaults: bool) -> dict[str, Any]:
     if kept:
         lean["$defs"] = kept
     return lean
-
-
-def _merge_tagged_unions(schema: dict[str, Any], definitions: dict[str, Any]) -> None:
-    """A `oneOf` of objects told apart by one constant property becomes one object: the tag an enum, the
-    other properties united. A reader learns every variant's fields once instead of once per use."""
-    merged: dict[tuple[str, ...], str] = {}
-    stack: list[Any] = [schema, *definitions.values()]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, list):
-            stack.extend(item)
-            continue
-        if not isinstance(item, dict):
-            continue
-        names = _tagged_variants(item.get("oneOf"), definitions)
-        if names:
-            if names not in merged:
-                merged[names] = _merged_name(names)
-                definitions[merged[names]] = _merged_object([definitions[n] for n in names])
-            item.pop("oneOf")
-            item.pop("discriminator", None)
-            item["$ref"] = f"#/$defs/{merged[names]}"
-        stack.extend(item.values())
-    used = _ref_counts(schema)
-    for body in list(definitions.values()):
-        used = {k: used.get(k, 0) + _ref_counts(body).get(k, 0) for k in used.keys() | _ref_counts(body).keys()}
-    for name in [n for n in definitions if not used.get(n)]:
-        del definitions[name]
-
-
-def _tagged_variants(variants: Any, definitions: dict[str, Any]) -> tuple[str, ...] | None:
-    if not isinstance(variants, list) or len(variants) < 2:
-        return None
-    names = tuple(str(v.get("$ref", "")).rsplit("/", 1)[-1] for v in variants if isinstance(v, dict))
-    if len(names) != len(variants) or not all(n in definitions for n in names):
-        return None
-    tags = [_tag(definitions[n]) for n in names]
-    return names if all(tags) and len({t[0] for t in tags if t}) == 1 else None
-
-
-def _tag(body: dict[str, Any]) -> tuple[str, Any] | None:
-    for name, prop in (body.get("properties") or {}).items():
-        if isinstance(prop, dict) and "const" in prop:
-            return name, prop["const"]
-    return None
-
-
-def _merged_name(names: tuple[str, ...]) -> str:
-    suffix = names[0]
-    while suffix and not all(n.endswith(suffix) for n in names):
-        suffix = suffix[1:]
-    return suffix if suffix[:1].isupper() else "Variant"
-
-
-def _merged_object(bodies: list[dict[str, Any]]) -> dict[str, Any]:
-    tag = _tag(bodies[0])
-    assert tag is not None
-    properties: dict[str, Any] = {tag[0]: {"type": "string", "enum": [_tag(b)[1] for b in bodies]}}  # type: ignore[index]
-    for body in bodies:
-        for name, prop in body.get("properties", {}).items():
-            properties.setdefault(name, prop)
-    return {"type": "object", "properties": properties}
 
 
 def _ref_counts(node: Any) -> dict[str, int]:
