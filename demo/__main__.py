@@ -149,7 +149,7 @@ def demo_calls() -> list[tuple[str, str, dict[str, Any]]]:
         (
             "trace_dependency from the registration",
             "trace_dependency",
-            {**plugin, "arch": "DeepseekV2ForCausalLM", "limit": 5},
+            {**plugin, "arch": "DeepseekV2ForCausalLM"},
         ),
         ("audit_commits of the release range", "audit_commits", {**plugin, "action": "list", "base": "v0.1.0"}),
         ("inspect_config of the tiny model", "inspect_config", {**plugin, "model": "tiny-model"}),
