@@ -1115,3 +1115,45 @@ def dense_layers(config, data):
         ("vllm/b.py", 2),
     ]
     assert total == 5, "a file that does not parse falls back to its word matches"
+
+
+def qwen3_moe_tensors(layers: int, dense: set[int]) -> Tensors:
+    """Names as transformers 5.19 saves Qwen3MoeForCausalLM: `mlp.gate_proj` on dense layers,
+    `mlp.gate` + `mlp.experts.{e}` on sparse ones."""
+    t: Tensors = {}
+    for i in range(layers):
+        t[f"model.layers.{i}.self_attn.q_proj.weight"] = NORM
+        if i in dense:
+            t[f"model.layers.{i}.mlp.gate_proj.weight"] = NORM
+        else:
+            t[f"model.layers.{i}.mlp.gate.weight"] = NORM
+            t[f"model.layers.{i}.mlp.experts.0.gate_proj.weight"] = NORM
+    return t
+
+
+def test_a_dense_list_beside_a_sparse_step_is_not_contradicted_by_the_layers_the_step_makes_dense(
+    tmp_path: Path,
+) -> None:
+    # vllm/model_executor/models/qwen3_moe.py (Qwen3MoeDecoderLayer): MoE where
+    # `layer_idx not in mlp_only_layers and (layer_idx + 1) % decoder_sparse_step == 0`, so with
+    # mlp_only_layers=[0] and step 2 layers 0, 2 and 4 are dense: 2 and 4 by the step, not the list.
+    config = {
+        "architectures": ["Qwen3MoeForCausalLM"],
+        "model_type": "qwen3_moe",
+        "num_hidden_layers": 6,
+        "vocab_size": 16,
+        "num_experts": 1,
+        "mlp_only_layers": [0],
+        "decoder_sparse_step": 2,
+    }
+    write_model(tmp_path / "m", config, qwen3_moe_tensors(6, {0, 2, 4}), ["model.safetensors"])
+    result = inspect(tmp_path, {"model": "m"})
+    listed = next(i for i in result.id_lists if i.name == "mlp_only_layers")
+    assert (listed.base, "decoder_sparse_step may mark unlisted ones too" in listed.evidence) == (0, True)
+    assert "id_list_contradicts_tensors" not in codes(result.findings)
+    assert layers_with(result, "dense") == [0, 2, 4] and layers_with(result, "moe") == [1, 3, 5]
+    # a listed MoE layer still contradicts, under either base (1,2 or 0,1), the other rule notwithstanding
+    write_model(
+        tmp_path / "n", config | {"mlp_only_layers": [1, 2]}, qwen3_moe_tensors(6, {0, 2, 4}), ["model.safetensors"]
+    )
+    assert "id_list_contradicts_tensors" in codes(inspect(tmp_path, {"model": "n"}).findings)

@@ -405,9 +405,12 @@ def ignore_entries_without_tensors(entries: list[str], tensor_names: set[str]) -
 
 
 def base_from_tensors(
-    item: IdList, markers: dict[int, list[str]], backbone: int, mtp: int
+    item: IdList, markers: dict[int, list[str]], backbone: int, mtp: int, other_rules: tuple[str, ...] = ()
 ) -> tuple[int | None, str, bool]:
-    """(base, evidence, contradicted): which numbering makes the list agree with the tensors of its layers."""
+    """(base, evidence, contradicted): which numbering makes the list agree with the tensors of its layers.
+
+    With `other_rules` (active rules deciding the same kinds, such as `decoder_sparse_step` beside
+    `mlp_only_layers`) an unlisted layer may have the meaning too: only the listed layers must."""
     if item.meaning not in MEANING_TEST or not item.ids:
         return None, "", False
     what, test = MEANING_TEST[item.meaning]
@@ -419,12 +422,18 @@ def base_from_tensors(
         listed = {x - base for x in item.ids}
         if any(not 0 <= i < backbone + mtp for i in listed):
             continue
-        if all(verdict == (i in listed) for i, verdict in evidenced.items()):
+        agrees = (
+            (verdict for i, verdict in evidenced.items() if i in listed)
+            if other_rules
+            else (verdict == (i in listed) for i, verdict in evidenced.items())
+        )
+        if all(agrees):
             fitting.append(base)
     having = sorted(i for i, verdict in evidenced.items() if verdict)
     shown = (
         f"tensor names: layers {compact_ids(having) or 'none'} have {what} "
-        f"(of {len(evidenced)} layers with such tensors)"
+        f"(of {len(evidenced)} layers with such tensors"
+        + (f"; {', '.join(other_rules)} may mark unlisted ones too)" if other_rules else ")")
     )
     if len(fitting) == 1:
         return fitting[0], f"{shown}; {item.name} matches them read {fitting[0]}-based", False

@@ -10,7 +10,8 @@ from typing import Any
 from .consumers import SourceTree, bases_from_code
 from .cross_check import CheckpointReport, base_from_tensors, cross_check
 from .findings import Finding
-from .id_lists import IdList
+from .id_lists import MEANING_KINDS, IdList
+from .kinds import RULE_FORMS
 from .layout import Layout, rebuild_kinds
 from .safetensors_headers import CheckpointFiles
 
@@ -44,8 +45,10 @@ def _decide_bases(
 def _from_tensors(item: IdList, layout: Layout, report: CheckpointReport | None, findings: list[Finding]) -> int | None:
     if report is None:
         return None
+    kinds = MEANING_KINDS.get(item.meaning or "", ())
+    others = tuple(r.name for r in layout.rules if r.active and r.name in RULE_FORMS and RULE_FORMS[r.name][1] == kinds)
     base, evidence, contradicted = base_from_tensors(
-        item, report.markers, layout.backbone_layers or 0, layout.mtp_layers or 0
+        item, report.markers, layout.backbone_layers or 0, layout.mtp_layers or 0, others
     )
     if contradicted:
         findings.append(Finding("error", "id_list_contradicts_tensors", evidence))
