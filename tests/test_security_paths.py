@@ -1053,6 +1053,8 @@ REVIEWED_READS = {
     ("core/foundation/jobs.py", "_alive"): "/proc",
     ("core/smoke/processes.py", "_stat_fields"): "/proc",
     ("core/smoke/processes.py", "processes_of"): "/proc",
+    ("core/smoke/devices.py", "_process_group"): "/proc/PID/stat of a pid a device lists",
+    ("core/smoke/devices.py", "_smoke_marker"): "/proc/PID/environ of a pid a device lists",
     ("core/smoke/evidence.py", "read_log"): "the run's log in the state directory",
     ("core/smoke/run.py", "serve"): "the run's log in the state directory",
     ("core/target/serve_wrapper.py", "write_report"): "writes its report into the run directory",

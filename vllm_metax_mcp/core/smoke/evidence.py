@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from .answers import RequestRecord
 from .devices import Occupancy
+from .drafts import DraftCounts
 from .plan import SubjectExport
 from .processes import Teardown
 
@@ -38,6 +39,7 @@ OUTPUT_FIELDS = (
     "entry",
     "env_delta",
     "devices",
+    "drafts",
     "versions",
     "import_origins",
     "subject",
@@ -65,12 +67,9 @@ class DeviceEvidence:
     selected: list[int] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            **self.occupancy.as_dict(),
-            "needed": self.needed,
-            "requested": self.requested,
-            "selected": self.selected,
-        }
+        """The occupancy (what answered, the devices and their processes) and the choice, without empty keys."""
+        choice = {"needed": self.needed, "requested": self.requested or None, "selected": self.selected or None}
+        return {**self.occupancy.as_dict(), **without_unset(choice)}
 
 
 @dataclass(frozen=True)
@@ -165,6 +164,7 @@ class SmokeEvidence:
     finished_at: float | None = None
     evidence_path: str | None = None
     load_validated: bool | None = None
+    drafts: DraftCounts | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The stored record: what the run got to, with no key for what it did not (an agent pays for

@@ -35,7 +35,7 @@ from ..trim.cases import (
 )
 from .launch_rules import OwnedSettings, check_env, check_json_value, check_serve_args, lift_owned_args
 
-_RAY_ADDRESS = re.compile(r"^(auto|(ray://)?[A-Za-z0-9.\-]+:\d{1,5})$")
+_RAY_ADDRESS = re.compile(r"^(auto|[A-Za-z0-9.\-]+:\d{1,5})$")
 
 
 @dataclass(frozen=True)
@@ -219,7 +219,12 @@ def _parallelism(request: SmokeRequest, owned: OwnedSettings) -> Parallelism:
         if len(request.devices) != parallel.devices:
             raise bad_input(f"devices lists {len(request.devices)} ids but tp*pp*dp is {parallel.devices}.")
     if request.ray_address is not None and not _RAY_ADDRESS.match(request.ray_address):
-        raise bad_input("ray_address must be auto, host:port or ray://host:port.")
+        raise bad_input(
+            "ray_address must be auto or the host:port of a cluster this machine is a node of: vLLM's driver "
+            "joins it as a local node (Ray Client ray:// addresses are not supported)."
+        )
+    if request.ray_address is not None and request.devices is not None:
+        raise bad_input("devices names this machine's devices, but with ray_address Ray places the workers: pass one.")
     return parallel
 
 

@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .ray_cluster import RayTeardown
+
 SMOKE_MARKER_ENV = "VLLM_METAX_MCP_SMOKE"
 TEARDOWN = ((signal.SIGINT, 20.0), (signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0))
 """Each signal of the teardown and how long the processes get to end after it."""
@@ -34,6 +36,8 @@ class Teardown:
     leftover_pids: list[int]
     """Still alive after the last step (the run fails then)."""
     seconds: float
+    ray: RayTeardown | None = None
+    """On a Ray cluster: the end of the server's Ray job (its actors live outside this process group)."""
 
 
 def _stat_fields(pid: int) -> list[str] | None:

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from ..target import script_path
 from . import devices as devices_module
 from .answers import RequestRecord, run_case
 from .client import get
+from .drafts import draft_problem, parse_draft_counts
 from .evidence import (
     DeviceEvidence,
     EnvDelta,
@@ -41,6 +42,7 @@ from .evidence import (
 )
 from .plan import SmokePlan
 from .processes import SMOKE_MARKER_ENV, exit_status, free_port, stop_server
+from .ray_cluster import JOB_CONFIG_ENV, check_cluster, release_job, tagged_job_config
 
 JOB_TARGET = "vllm_metax_mcp.core.smoke.run:run_job"
 """`run_job` as a job names it."""
@@ -122,6 +124,9 @@ class Run:
         if plan.ray_address:
             delta["RAY_ADDRESS"] = plan.ray_address
         delta.update(plan.env)
+        if plan.ray_address:  # the server's Ray job carries the run id: teardown finds it by that
+            given = delta.get(JOB_CONFIG_ENV, os.environ.get(JOB_CONFIG_ENV))
+            delta[JOB_CONFIG_ENV] = tagged_job_config(plan.run_id, given)
         removed = sorted(k for k in STRIPPED_ENV if k in os.environ and k not in delta)
         env = {k: v for k, v in os.environ.items() if k not in STRIPPED_ENV}
         env.update(delta)
@@ -171,20 +176,34 @@ class Run:
         """The devices to run on (none on a CPU-only machine or under Ray); None when the run is blocked."""
         plan = self.plan
         self.report(0, "checking accelerator occupancy")
-        occupancy = devices_module.detect()
+        pythonpath = [Path(plan.subject.export_dir)] if plan.subject else None  # what the server will import
+        occupancy = devices_module.detect(plan.python, self.store, pythonpath)
         devices = DeviceEvidence(occupancy, plan.parallel.devices, plan.devices)
         self.evidence.devices = devices
         if plan.ray_address:
-            self.evidence.notes.append("Ray places the workers: the occupancy of other nodes is not checked here.")
-            return devices
+            return devices if self.ray_cluster(pythonpath) else None
         choice = devices_module.choose(occupancy, devices.needed, plan.devices, plan.gpu_memory_utilization)
         if choice.reasons:
             self.evidence.reasons += choice.reasons
             return None
         if occupancy.kind == "cpu":
-            self.evidence.notes.append("no accelerator management tool found: the server runs on the CPU")
+            self.evidence.notes.append(
+                "no accelerator management library (pymxsml, pynvml) or tool (mx-smi, nvidia-smi) answered: "
+                "the server runs on the CPU"
+            )
         devices.selected = choice.selected
         return devices
+
+    def ray_cluster(self, pythonpath: list[Path] | None) -> bool:
+        """Ray places the workers: the cluster's free devices (recorded in `ray.json`) decide; False when blocked."""
+        plan = self.plan
+        assert plan.ray_address is not None
+        self.report(0, "checking the Ray cluster")
+        check = check_cluster(plan.python, plan.ray_address, plan.parallel.devices, pythonpath)
+        self.store.write(f"smoke/{plan.run_id}/ray.json", asdict(check))
+        self.evidence.notes += [*check.notes, f"the Ray cluster's resources: smoke/{plan.run_id}/ray.json"]
+        self.evidence.reasons += check.reasons
+        return not check.reasons
 
     def wait_healthy(self, proc: subprocess.Popen[bytes], base: str, started: float) -> bool:
         deadline = started + float(self.plan.timeout_s)
@@ -251,7 +270,18 @@ class Run:
                 error = f"{type(exc).__name__}: {exc}"[:500]
                 records.append(RequestRecord(case=case.name, kind=case.kind, mode="first", error=error))
         self.evidence.reasons += [f"case {r.case} ({r.mode}): {r.problem}" for r in records if not r.ok]
+        if self.plan.speculative_config and exit_status(proc.pid) is None:
+            self.draft_counts(base)
         return records
+
+    def draft_counts(self, base: str) -> None:
+        """The spec-decode counters after the cases: the draft path ran, or the run fails."""
+        reply = get(base + "/metrics", timeout=30)
+        counts = parse_draft_counts(reply.body) if reply.status == 200 and isinstance(reply.body, str) else None
+        self.evidence.drafts = counts
+        problem = draft_problem(counts)
+        if problem:
+            self.evidence.reasons.append(problem)
 
     def origins(self) -> None:
         """What the server's report says it imported, and (a subject run) whether that was the snapshot."""
@@ -308,7 +338,11 @@ class Run:
         finally:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             self.report(4, "stopping the server")
-            self.evidence.teardown = stop_server(proc, self.plan.run_id)
+            teardown = stop_server(proc, self.plan.run_id)
+            if self.plan.ray_address:  # the workers are Ray actors, outside the server's process group
+                self.report(4, "ending the run's Ray job")
+                teardown = replace(teardown, ray=release_job(self.plan.python, self.plan.ray_address, self.plan.run_id))
+            self.evidence.teardown = teardown
         return proc
 
     def execute(self) -> dict[str, Any]:
@@ -335,6 +369,8 @@ class Run:
         assert evidence.teardown is not None  # serve always stops the server
         if evidence.teardown.leftover_pids:
             evidence.reasons.append(f"processes left after teardown: {evidence.teardown.leftover_pids}")
+        if evidence.teardown.ray:
+            evidence.reasons += evidence.teardown.ray.problems()
         self.origins()
         log = read_log(log_path)
         evidence.log_tail, evidence.errors = log.tail, log.errors

@@ -2,8 +2,10 @@
 
 - `probe`: versions and import origins (the environment record);
 - `op_probe`: which `torch.ops` the installed binaries provide (trace_dependency);
+- `nvml_probe`: accelerator occupancy through pymxsml / pynvml, no device context (run_smoke_test);
 - `construct`: the HF config `vllm serve` builds (inspect_config);
 - `serve_wrapper`: the vLLM server process itself (run_smoke_test);
+- `ray_probe`: a Ray cluster's free resources and the end of a run's Ray job (run_smoke_test);
 - `extract`: the real-weight copy (trim_model), also imported by the server for its header parser.
 """
 
