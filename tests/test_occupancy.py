@@ -25,7 +25,7 @@ from vllm_metax_mcp.core.foundation.state import StateStore
 from vllm_metax_mcp.core.smoke import devices
 from vllm_metax_mcp.core.smoke.devices import DeviceProcess, LibraryAttempt
 from vllm_metax_mcp.core.smoke.evidence import DeviceEvidence, ServerRecord
-from vllm_metax_mcp.core.smoke.processes import SMOKE_MARKER_ENV
+from vllm_metax_mcp.core.smoke.processes import SMOKE_MARKER_ENV, start_ticks
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -214,10 +214,17 @@ def test_devices_listed_with_processes_are_attributed_by_proc_and_foreign_ones_b
     running, moved = smoke_processes
     ours = os.getpid()  # a process this server did not start (the test itself)
     store = StateStore(tmp_path / "state")
-    for run_id, pgid in (("s-running", running.pid), ("s-moved", 1), ("s-done", os.getpgrp())):
-        store.write(f"smoke/{run_id}/server.json", asdict(ServerRecord(pgid, pgid, run_id, None, 1, 0.0)))
-    for run_id in ("s-moved", "s-done"):  # finished: their group ids may be anyone's now
-        store.write(f"smoke/{run_id}/evidence.json", {"run_id": run_id})
+    leaders = (
+        ("s-running", running.pid, start_ticks(running.pid)),
+        ("s-moved", 1, None),  # its process left the group; its marker still says whose it is
+        ("s-reused", os.getpgrp(), 1),  # the group id is alive, but its leader started at another time
+        ("s-done", os.getpgrp(), start_ticks(os.getpgrp())),
+    )
+    for run_id, pgid, ticks in leaders:
+        record = ServerRecord(pgid, pgid, run_id, None, 1, 0.0, ticks)
+        store.write(f"smoke/{run_id}/server.json", asdict(record))
+    # finished: its group id and its (published) run id may be anyone's now
+    store.write("smoke/s-done/evidence.json", {"run_id": "s-done"})
     pythonpath = stand_in(
         tmp_path / "vendor",
         [

@@ -33,6 +33,7 @@ from tiny_models import build_model
 from vllm_metax_mcp.core.foundation.errors import ErrorCode, ToolFailure
 from vllm_metax_mcp.core.foundation.worker import Progress
 from vllm_metax_mcp.core.smoke import ray_cluster
+from vllm_metax_mcp.core.smoke.launch_rules import check_env
 from vllm_metax_mcp.core.smoke.plan import SmokeRequest, plan_smoke_test
 from vllm_metax_mcp.core.smoke.processes import SMOKE_MARKER_ENV, free_port
 from vllm_metax_mcp.core.smoke.run import Run
@@ -140,11 +141,14 @@ def test_the_launch_plan_carries_the_ray_backend_and_the_parallel_sizes(root: Pa
     assert plan.parallel.devices == 6
 
 
-def test_the_job_tag_keeps_a_job_config_already_there() -> None:
-    existing = json.dumps({"metadata": {"team": "a"}, "ray_namespace": "n"})
-    tagged = json.loads(ray_cluster.tagged_job_config("s-1", existing))
-    assert tagged == {"metadata": {"team": "a", ray_cluster.TAG_KEY: "s-1"}, "ray_namespace": "n"}
-    assert json.loads(ray_cluster.tagged_job_config("s-2", None)) == {"metadata": {ray_cluster.TAG_KEY: "s-2"}}
+def test_the_job_config_is_the_run_tag_alone_and_callers_cannot_set_one(tmp_path: Path) -> None:
+    """A caller's job config would carry a runtime_env (env_vars such as LD_PRELOAD, setup hooks, pip) into
+    the driver and every worker, past the env allow-list: it is refused, and the run's config holds the tag only."""
+    assert json.loads(ray_cluster.tagged_job_config("s-2")) == {"metadata": {ray_cluster.TAG_KEY: "s-2"}}
+    hostile = json.dumps({"runtime_env": {"env_vars": {"LD_PRELOAD": str(tmp_path / "evil.so")}}})
+    for name in ("RAY_JOB_CONFIG_JSON_ENV_VAR", "RAY_RUNTIME_ENV_HOOK", "RAY_OVERRIDE_JOB_RUNTIME_ENV"):
+        with pytest.raises(ToolFailure, match=f"env {name} is set by the smoke test itself"):
+            check_env({name: hostile}, lambda path: Path(path))
 
 
 @pytest.mark.timeout(120)
@@ -318,7 +322,7 @@ def test_teardown_kills_only_the_runs_leftover_actors(cluster: Cluster, monkeypa
     """A tagged driver left a detached actor (Ray does not end those with the job): it is killed by id,
     and another job's detached actor is not touched."""
     run_id = f"s-{uuid.uuid4().hex[:16]}"
-    tag = {ray_cluster.JOB_CONFIG_ENV: ray_cluster.tagged_job_config(run_id, None)}
+    tag = {ray_cluster.JOB_CONFIG_ENV: ray_cluster.tagged_job_config(run_id)}
     ours = run_in(cluster.python, DRIVER, cluster.address, env=tag)
     foreign = run_in(cluster.python, DRIVER, cluster.address)
     monkeypatch.setattr(ray_cluster, "GRACE_S", 1.0)

@@ -695,7 +695,7 @@ def test_draft_counters_are_read_from_prometheus_text_summed_over_engines() -> N
             "# TYPE vllm:spec_decode_num_drafts_total counter",
             'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 7.0',
             'vllm:spec_decode_num_drafts_total{engine="1",model_name="m"} 2.0',
-            'vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 9.0',
+            'vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="/m/{x}"} 9.0 1733100000000',
             'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 4.0',
             'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="0"} 4.0',
             'vllm:spec_decode_num_drafts_created{engine="0"} 1.7e9',

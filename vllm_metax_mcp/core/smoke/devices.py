@@ -23,7 +23,7 @@ from typing import Any, Literal, NamedTuple, get_args
 from ..foundation.isolated import ProbeDied, run_isolated
 from ..foundation.state import StateStore
 from ..target import script_source
-from .processes import SMOKE_MARKER_ENV
+from .processes import SMOKE_MARKER_ENV, start_ticks
 
 QUERY_TIMEOUT_S = 30
 VLLM_DEFAULT_UTILIZATION = 0.9
@@ -111,7 +111,8 @@ class Occupancy:
         """Compact: no key for what is unknown; the library attempts only when the library path did not
         answer (they say why a tool, or nothing, answered instead)."""
         record: dict[str, Any] = {"kind": self.kind, "source": self.source, "version": self.version}
-        record |= {"tool": self.tool, "error": self.error, "library_error": self.library_error}
+        tool = Path(self.tool).name if self.tool else None  # its name: results carry no paths of this machine
+        record |= {"tool": tool, "error": self.error, "library_error": self.library_error}
         if self.source not in KIND_OF_LIBRARY:
             record["library"] = [_compact(asdict(a)) for a in self.library] or None
         record["devices"] = [d.as_dict() for d in self.devices] or None
@@ -130,6 +131,8 @@ class LaunchedServer:
     pgid: int
     finished: bool
     """The run wrote its evidence: its teardown is over, so its group id may belong to anyone now."""
+    leader_start_ticks: int | None
+    """The leader's start time: a live process with the group's id and another start time is not ours."""
 
 
 # -- the vendor tools -----------------------------------------------------------------------------
@@ -334,7 +337,8 @@ def launched_servers(store: StateStore) -> list[LaunchedServer]:
             continue
         if isinstance(record, dict) and _optional_int(record.get("pgid")) is not None:
             finished = store.path(f"smoke/{run_id}/evidence.json").is_file()
-            found.append(LaunchedServer(run_id, record["pgid"], finished))
+            ticks = _optional_int(record.get("leader_start_ticks"))
+            found.append(LaunchedServer(run_id, record["pgid"], finished, ticks))
     return found
 
 
@@ -357,17 +361,20 @@ def _smoke_marker(pid: int) -> str | None:
 
 
 def started_by(pid: int, servers: Sequence[LaunchedServer]) -> str | None:
-    """The run whose smoke server `pid` is part of: the process is in the group of a run not finished
-    (its leader is not reaped before its teardown ends, so the group id is still the run's), or it carries
-    a recorded run's marker. None: this server did not start it, or it is not visible here."""
+    """The run whose smoke server `pid` is part of, for runs not finished: the process is in the run's group
+    and the group's leader is still the recorded process (same start time: a reused group id fails), or it
+    carries the run's marker (set only by this server's launch; a finished run's id may be known to anyone).
+    None: this server did not start it, or it is not visible here."""
     group = _process_group(pid)
     if group is None:
         return None
-    for server in servers:
-        if not server.finished and server.pgid == group:
+    running = [s for s in servers if not s.finished]
+    for server in running:
+        leader_is_ours = server.leader_start_ticks is not None and start_ticks(group) == server.leader_start_ticks
+        if server.pgid == group and leader_is_ours:
             return server.run_id
     marker = _smoke_marker(pid)
-    return next((s.run_id for s in servers if s.run_id == marker), None)
+    return next((s.run_id for s in running if s.run_id == marker), None)
 
 
 def detect(python: str | Path, store: StateStore | None = None, pythonpath: list[Path] | None = None) -> Occupancy:

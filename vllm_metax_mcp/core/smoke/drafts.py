@@ -17,7 +17,25 @@ COUNTERS = {
     "vllm:spec_decode_num_draft_tokens_total": "draft_tokens",
     "vllm:spec_decode_num_accepted_tokens_total": "accepted_tokens",
 }
-_SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][\w:]*)(?:\{[^}]*\})?\s+(?P<value>[-+0-9.eE]+|NaN)\s*$")
+_NAME = re.compile(r"^[A-Za-z_:][\w:]*")
+
+
+def _sample(line: str) -> tuple[str, float] | None:
+    """(metric name, value) of one exposition line; the value follows the labels (whose quoted values may
+    hold `}`), and an optional timestamp may follow it."""
+    name = _NAME.match(line)
+    if name is None:
+        return None
+    rest = line[name.end() :]
+    if rest.startswith("{"):
+        rest = rest[rest.rfind("}") + 1 :]
+    fields = rest.split()
+    if not 1 <= len(fields) <= 2:
+        return None
+    try:
+        return name.group(), float(fields[0])
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -34,10 +52,10 @@ def parse_draft_counts(metrics: str) -> DraftCounts | None:
     totals = dict.fromkeys(COUNTERS.values(), 0.0)
     seen = False
     for line in metrics.splitlines():
-        sample = _SAMPLE.match(line.strip())
-        if sample is None or sample["name"] not in COUNTERS or sample["value"] == "NaN":
+        sample = _sample(line.strip())
+        if sample is None or sample[0] not in COUNTERS or sample[1] != sample[1]:  # NaN
             continue
-        totals[COUNTERS[sample["name"]]] += float(sample["value"])
+        totals[COUNTERS[sample[0]]] += sample[1]
         seen = True
     if not seen:
         return None

@@ -108,6 +108,8 @@ class ServerRecord:
     job_id: str | None
     port: int
     started_at: float
+    leader_start_ticks: int | None = None
+    """The leader's start time (processes.start_ticks): its group is the run's only while this matches."""
 
 
 @dataclass(frozen=True)

@@ -97,6 +97,12 @@ ENV_RESERVED = frozenset(
         "PYTHONDONTWRITEBYTECODE",
         "PYTHONPATH",
         "RAY_ADDRESS",
+        # Ray's job config and runtime-env hooks run code and set variables in the driver and every worker
+        # (runtime_env env_vars, setup hooks, pip): the run sets the job config itself, with its tag only
+        "RAY_JOB_CONFIG_JSON_ENV_VAR",
+        "RAY_RUNTIME_ENV_HOOK",
+        "RAY_OVERRIDE_JOB_RUNTIME_ENV",
+        "RAY_RUNTIME_ENV_SETUP_HOOK",
         # device visibility follows the occupancy check (pass devices instead)
         "CUDA_VISIBLE_DEVICES",
         "MACA_VISIBLE_DEVICES",

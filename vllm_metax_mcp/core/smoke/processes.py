@@ -48,6 +48,16 @@ def _stat_fields(pid: int) -> list[str] | None:
         return None
 
 
+def start_ticks(pid: int) -> int | None:
+    """When the process started (clock ticks since boot, /proc/PID/stat field 22): with its pid, an identity
+    that a reused pid does not share."""
+    fields = _stat_fields(pid)
+    try:
+        return int(fields[19]) if fields else None
+    except (IndexError, ValueError):
+        return None
+
+
 def processes_of(pgid: int, marker: str) -> list[int]:
     """Live processes in the server's group or carrying its marker: exactly what this run started."""
     needle = f"{SMOKE_MARKER_ENV}={marker}".encode()

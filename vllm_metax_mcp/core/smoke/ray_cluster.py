@@ -12,6 +12,7 @@ teardown, is how the run finds its own job, and no other job's actor is ever tou
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,17 +85,11 @@ class RayTeardown:
         return found
 
 
-def tagged_job_config(run_id: str, existing: str | None) -> str:
-    """`RAY_JOB_CONFIG_JSON_ENV_VAR` for the server: any job config already there, plus the run's tag."""
-    try:
-        config = json.loads(existing) if existing else {}
-    except json.JSONDecodeError:
-        config = {}
-    if not isinstance(config, dict):
-        config = {}
-    metadata = config.get("metadata")
-    config["metadata"] = {**(metadata if isinstance(metadata, dict) else {}), TAG_KEY: run_id}
-    return json.dumps(config, separators=(",", ":"))
+def tagged_job_config(run_id: str) -> str:
+    """`RAY_JOB_CONFIG_JSON_ENV_VAR` for the server: the run's tag and nothing else (a caller's job config,
+    whose runtime_env would reach the driver and every worker, is refused by the env allow-list, and the
+    server's own is replaced)."""
+    return json.dumps({"metadata": {TAG_KEY: run_id}}, separators=(",", ":"))
 
 
 def _probe(python: str, request: dict[str, Any], pythonpath: list[Path] | None, timeout_s: float) -> dict[str, Any]:
@@ -166,7 +161,8 @@ def _count_devices(check: ClusterCheck, report: dict[str, Any]) -> None:
         )
         return
     check.device_key = key
-    check.free_devices = check.free.get(key, 0.0)
+    # a worker's bundle takes one whole device on one node: fractions free on several nodes do not add up
+    check.free_devices = float(sum(math.floor(n.free.get(key, 0.0)) for n in check.nodes))
     per_node = ", ".join(f"{n.address or n.node_id[:12]}: {n.free.get(key, 0.0):g}" for n in check.nodes)
     summary = f"{check.free_devices:g} free {key} of {check.total.get(key, 0.0):g} ({per_node})"
     if check.free_devices < check.needed:

@@ -41,7 +41,7 @@ from .evidence import (
     read_log,
 )
 from .plan import SmokePlan
-from .processes import SMOKE_MARKER_ENV, exit_status, free_port, stop_server
+from .processes import SMOKE_MARKER_ENV, exit_status, free_port, start_ticks, stop_server
 from .ray_cluster import JOB_CONFIG_ENV, check_cluster, release_job, tagged_job_config
 
 JOB_TARGET = "vllm_metax_mcp.core.smoke.run:run_job"
@@ -125,8 +125,7 @@ class Run:
             delta["RAY_ADDRESS"] = plan.ray_address
         delta.update(plan.env)
         if plan.ray_address:  # the server's Ray job carries the run id: teardown finds it by that
-            given = delta.get(JOB_CONFIG_ENV, os.environ.get(JOB_CONFIG_ENV))
-            delta[JOB_CONFIG_ENV] = tagged_job_config(plan.run_id, given)
+            delta[JOB_CONFIG_ENV] = tagged_job_config(plan.run_id)
         removed = sorted(k for k in STRIPPED_ENV if k in os.environ and k not in delta)
         env = {k: v for k, v in os.environ.items() if k not in STRIPPED_ENV}
         env.update(delta)
@@ -181,6 +180,10 @@ class Run:
         devices = DeviceEvidence(occupancy, plan.parallel.devices, plan.devices)
         self.evidence.devices = devices
         if plan.ray_address:
+            self.evidence.notes.append(
+                "Ray places the workers by its own resource counts: processes outside Ray on this node's devices "
+                "(listed in devices) and other nodes' occupancy do not gate the run"
+            )
             return devices if self.ray_cluster(pythonpath) else None
         choice = devices_module.choose(occupancy, devices.needed, plan.devices, plan.gpu_memory_utilization)
         if choice.reasons:
@@ -276,7 +279,11 @@ class Run:
 
     def draft_counts(self, base: str) -> None:
         """The spec-decode counters after the cases: the draft path ran, or the run fails."""
-        reply = get(base + "/metrics", timeout=30)
+        try:
+            reply = get(base + "/metrics", timeout=30)
+        except (OSError, ValueError) as exc:
+            self.evidence.reasons.append(f"/metrics did not answer ({type(exc).__name__}): the draft path is unproven")
+            return
         counts = parse_draft_counts(reply.body) if reply.status == 200 and isinstance(reply.body, str) else None
         self.evidence.drafts = counts
         problem = draft_problem(counts)
@@ -326,7 +333,9 @@ class Run:
                 close_fds=True,
             )
         try:
-            record = ServerRecord(proc.pid, proc.pid, launch.delta.marker, self.evidence.job_id, port, time.time())
+            record = ServerRecord(
+                proc.pid, proc.pid, launch.delta.marker, self.evidence.job_id, port, time.time(), start_ticks(proc.pid)
+            )
             self.store.write(f"smoke/{self.plan.run_id}/server.json", asdict(record))
             base = f"http://127.0.0.1:{port}"
             if self.wait_healthy(proc, base, started):

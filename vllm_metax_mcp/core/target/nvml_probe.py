@@ -10,6 +10,7 @@ so the caller can say why it fell back to mx-smi / nvidia-smi.
 
 import importlib
 import json
+import re
 import sys
 from typing import Dict, Optional
 
@@ -30,7 +31,10 @@ def step(text):
 
 
 def error(exc):
+    """The exception in one line, without the file paths ImportError and OSError put in their text."""
     text = str(exc).splitlines()[0] if str(exc) else ""
+    text = re.sub(r"\s*\((?:/|[A-Za-z]:\\)[^()]*\)", "", text)
+    text = re.sub(r"(?:/[^\s/:'\"]+){2,}", "<path>", text)
     return "%s: %s" % (type(exc).__name__, text[:300])
 
 
@@ -65,13 +69,13 @@ def processes(nvml, handle):
     could not be listed."""
     found: Dict[int, Optional[int]] = {}
     problems = []
-    for name in PROCESS_QUERIES:
-        query = getattr(nvml, name, None)
-        if query is None:
-            continue
+    queries = [(name, getattr(nvml, name)) for name in PROCESS_QUERIES if hasattr(nvml, name)]
+    if not queries:
+        problems.append("the library has no process query (%s)" % ", ".join(PROCESS_QUERIES))
+    for name, query in queries:
         try:
             listed = query(handle)
-        except Exception as exc:  # NotSupported on some devices; the caller then knows the list is partial
+        except Exception as exc:  # NotSupported on some devices: the device's error says the list is partial
             problems.append("%s: %s" % (name, error(exc)))
             continue
         for entry in listed:
@@ -100,9 +104,9 @@ def device(nvml, index):
         record["error"] = "memory: " + error(exc)
         return record
     listed, problems = processes(nvml, handle)
-    if problems and not listed:
+    if problems:  # unlisted (only the memory decides) or partial: said either way
         record["error"] = "processes: " + "; ".join(problems)
-    else:
+    if listed or not problems:
         record["processes"] = listed
     return record
 

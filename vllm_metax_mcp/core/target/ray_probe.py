@@ -160,10 +160,15 @@ def teardown(request, report):
     step("listing the run's Ray jobs and actors")
     jobs = tagged_jobs(request["tag_key"], request["tag"])
     report["jobs"] = sorted(jobs)
-    left = wait_dead(jobs, float(request.get("grace_s", 10)))
-    report["jobs_alive"] = sorted(
-        job for job, alive in tagged_jobs(request["tag_key"], request["tag"]).items() if alive
-    )
+    grace = float(request.get("grace_s", 10))
+    left = wait_dead(jobs, grace)
+    deadline = time.time() + grace  # the GCS marks a job finished a moment after its driver ended
+    while True:
+        alive = sorted(job for job, up in tagged_jobs(request["tag_key"], request["tag"]).items() if up)
+        if not alive or time.time() >= deadline:
+            break
+        time.sleep(0.2)
+    report["jobs_alive"] = alive
     report["left_alive"] = left
     if left:
         step("killing %d actor(s) of the run's jobs" % len(left))
