@@ -123,8 +123,9 @@ def test_monotonic_forwarding_turns_restarting_counts_into_an_increasing_sequenc
 
 
 def test_a_real_trim_counts_its_bytes_over_the_whole_job(tmp_path: Path) -> None:
-    """The real-weight trim's reporter, writing into a job's status document as the worker does: copy,
-    verify and the shipped script's copy each move the retained bytes once, so the count never restarts."""
+    """The real-weight trim's reporter, writing into a job's status document as the worker does: hashing
+    the source, the shipped script's copy and its sha256 check each move the retained bytes once, so the
+    count never restarts."""
     jobs = Jobs(StateStore(tmp_path / "state"))
     jobs.store.write("jobs/j-0123456789abcdef/status.json", {"id": "j-0123456789abcdef", "status": "running"})
     reporter = _Reporter(Progress(jobs, "j-0123456789abcdef"), 2_150_000_000)
@@ -134,13 +135,13 @@ def test_a_real_trim_counts_its_bytes_over_the_whole_job(tmp_path: Path) -> None
         reporter.last = -10.0  # as if PROGRESS_EVERY_S had passed
         return jobs.get("j-0123456789abcdef")["progress"]
 
-    for phase_name in ("copying tensor bytes", "verifying every tensor against its source"):
+    for phase_name in ("hashing the retained source bytes", "extract.py: copying tensor bytes"):
         reporter.start(phase_name)
         recorded.append(now())
         for _ in range(2):
             reporter.add(1_075_000_000)
             recorded.append(now())
-    reporter.start("running the shipped extract.py once to prove it")
+    reporter.start("extract.py: checking the sha256 of every file it wrote")
     recorded.append(now())
     reporter.start("done")
     recorded.append(now())

@@ -1073,8 +1073,6 @@ REVIEWED_READS = {
         "*",
     ): "stdlib-only (also shipped as extract.py): called with resolved, checked paths or outputs",
     ("core/trim/assets.py", "copy_assets"): "reads through policy.open_readable; opens only its new output file",
-    ("core/trim/real.py", "_verify_shard"): "the job's own staging output",
-    ("core/trim/real.py", "_same_file"): "the job's staging and reproduction outputs",
     ("core/smoke/answers.py", "_image_url"): "a case image run_smoke_test resolved with policy.readable",
     ("core/smoke/plan.py", "_identity"): "the model directory, after policy.readable_entries",
     ("core/smoke/plan.py", "_validates_trim"): "the model directory, after policy.readable_entries",

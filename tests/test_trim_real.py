@@ -462,7 +462,7 @@ def test_insufficient_disk_is_refused_with_the_sizes(tmp_path: Path) -> None:
     failure = refused(
         runtime(tmp_path), {"model": "v3", "output": "out", "max_disk_bytes": 1000}, "max_disk_bytes 1000", "needs"
     )
-    assert "reproduction" in failure.message
+    assert "written once" in failure.message
     assert leftovers(root, {"v3", "hf-cache"}) == []
 
 
@@ -503,7 +503,8 @@ def test_review_mode_refuses_a_real_trim(tmp_path: Path) -> None:
 
 
 def _start_big_trim(tmp_path: Path) -> tuple[Runtime, str]:
-    """A 512 MiB checkpoint (embedding and head) whose trim job is running its copy."""
+    """A 512 MiB checkpoint (embedding and head) whose trim job is running its copy: the shipped
+    extract.py, started by the job, is writing the staging directory."""
     root = tmp_path / "root"
     config = fixture("llama")
     big = [16384, 8192]  # 256 MiB of BF16 each for the embedding and the head
@@ -523,7 +524,7 @@ def _start_big_trim(tmp_path: Path) -> tuple[Runtime, str]:
     assert started.job is not None
     job = started.job.id
     wait_for(
-        lambda: (rt.jobs.get(job).get("progress") or {}).get("message", "").startswith(("copying", "verifying")),
+        lambda: (rt.jobs.get(job).get("progress") or {}).get("message", "").startswith("extract.py: copying"),
         60,
         0.01,
         "the copy to start",
@@ -537,7 +538,7 @@ def test_cancellation_mid_copy_leaves_nothing_in_the_output_root(tmp_path: Path)
     assert status["status"] == "cancelled", status
     wait_for(lambda: not pids_with_marker(job), 15, what="the job's processes to end")
     assert leftovers(tmp_path / "root", {"big", "hf-cache"}) == [], (
-        "no staging, reproduction or output directory is left"
+        "no staging or output directory is left, and the script was stopped with the job"
     )
 
 

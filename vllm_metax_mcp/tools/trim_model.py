@@ -82,8 +82,8 @@ class TrimModelOutput(PlanTrimOutput):
     manifest: str = Field(default="", description="trim_manifest.json, relative to the first root.")
     manifest_sha256: str = ""
     weights: WeightsOut | None = Field(default=None, description="real: the retained tensors and their names.")
-    verified: VerifiedOut | None = Field(default=None, description="real: reopened and compared byte for byte.")
-    script_reproduced: bool | None = Field(default=None, description="real: extract.py recreated identical files.")
+    verified: VerifiedOut | None = Field(default=None, description="real: sha256 equal to the source bytes'.")
+    script_reproduced: bool | None = Field(default=None, description="real: the shipped extract.py wrote them.")
     load_validated: bool | None = Field(default=None, description="real: false until validate_with passes.")
     validate_with: dict[str, Any] | None = Field(default=None, description="real: the run_smoke_test call to run.")
     job: JobInfo | None = Field(default=None, description="real: set while the copy runs; poll jobs.")

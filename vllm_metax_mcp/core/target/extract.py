@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Recreate a trimmed real-weight checkpoint from its source checkpoint: raw tensor bytes, never decoded.
 
-Usage: python extract.py SOURCE_DIR OUTPUT_DIR
+Usage: python extract.py [--progress] SOURCE_DIR OUTPUT_DIR
 
 trim_model (vllm-metax-mcp, output_mode="real") writes this file beside the checkpoint it made,
 with the exact plan embedded below (which source tensor becomes which output tensor in which
-shard, the reduced config.json, the assets and the sha256 of every file), and proves it by
-running it once. It needs the standard library only. It checks every source header (offsets
+shard, the reduced config.json, the assets and the sha256 of every file, computed from the source
+bytes before anything was written), and makes the checkpoint by running it: the output it ships
+is this script's output. It needs the standard library only. It checks every source header (offsets
 inside the file, contiguous, no duplicate names), every mapped tensor's dtype, shape and size,
 and every file it writes against the recorded sha256; OUTPUT_DIR must not exist yet.
 
@@ -20,13 +21,18 @@ import os
 import shutil
 import sys
 import tempfile
-from typing import Any, Dict
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Dict, List
 
 PLAN_JSON = None  # trim_model embeds the plan here (a JSON string) in the extract.py it writes
 
 CHUNK_BYTES = 8 << 20
+PIECE_BYTES = 256 << 20
 MAX_HEADER_BYTES = 100 << 20
 INDEX_NAME = "model.safetensors.index.json"
+PROGRESS_PREFIX = "@progress"
+"""--progress: each copied or hashed stretch as a line `@progress copied|hashed NBYTES` on stdout."""
 DTYPE_BITS = {
     "F64": 64,
     "F32": 32,
@@ -204,35 +210,80 @@ def check_entry(entry, dtype, shape, nbytes, where):
         )
 
 
-def write_shard(path, items, sources, on_bytes=None):
-    """Write one output shard: items are (target, source_shard, source_name, dtype, shape, nbytes) in data
-    order; sources maps a source shard to (fd, Header)."""
+def _planned(items, sources):
+    """The checked source entries of one output shard, in data order: (target, entry, fd, data_start)."""
     planned = []
     for target, shard, name, dtype, shape, nbytes in items:
         fd, header = sources[shard]
         entry = header.entries.get(name)
         check_entry(entry, dtype, shape, nbytes, "%s (in %s)" % (name, shard))
         planned.append((target, entry, fd, header.data_start))
-    head = header_bytes([(t, e.dtype, e.shape, e.end - e.begin) for t, e, _, _ in planned])
+    return planned
+
+
+def _runs(planned):
+    """(fd, source offset, length) of each stretch of consecutive tensors that is contiguous in one source
+    file: one copy per stretch instead of one per tensor."""
+    runs: List[List[int]] = []
+    for _, entry, fd, data_start in planned:
+        begin, length = data_start + entry.begin, entry.end - entry.begin
+        if runs and runs[-1][0] == fd and runs[-1][1] + runs[-1][2] == begin:
+            runs[-1][2] += length
+        else:
+            runs.append([fd, begin, length])
+    return runs
+
+
+def _shard_header(planned):
+    return header_bytes([(t, e.dtype, e.shape, e.end - e.begin) for t, e, _, _ in planned])
+
+
+def write_shard(path, items, sources, on_bytes=None):
+    """Write one output shard: items are (target, source_shard, source_name, dtype, shape, nbytes) in data
+    order; sources maps a source shard to (fd, Header)."""
+    planned = _planned(items, sources)
+    head = _shard_header(planned)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         os.write(fd, head)
         offset = len(head)
-        for _, entry, source_fd, data_start in planned:
-            copy_range(source_fd, data_start + entry.begin, fd, offset, entry.end - entry.begin)
-            offset += entry.end - entry.begin
-            if on_bytes is not None:
-                on_bytes(entry.end - entry.begin)
+        for source_fd, begin, length in _runs(planned):
+            for piece in range(0, length, PIECE_BYTES):  # pieces only so that progress moves
+                size = min(PIECE_BYTES, length - piece)
+                copy_range(source_fd, begin + piece, fd, offset + piece, size)
+                if on_bytes is not None:
+                    on_bytes(size)
+            offset += length
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
-def file_sha256(path):
+def shard_sha256(items, sources, on_bytes=None):
+    """The sha256 the shard write_shard makes from these items will have, computed from the source bytes
+    alone (read once, in CHUNK_BYTES pieces): the independent expectation the written file must meet."""
+    planned = _planned(items, sources)
+    digest = hashlib.sha256(_shard_header(planned))
+    for source_fd, begin, length in _runs(planned):
+        done = 0
+        while done < length:
+            chunk = os.pread(source_fd, min(CHUNK_BYTES, length - done), begin + done)
+            if not chunk:
+                raise HeaderError("a source shard ended %d bytes early" % (length - done))
+            digest.update(chunk)
+            done += len(chunk)
+            if on_bytes is not None:
+                on_bytes(len(chunk))
+    return digest.hexdigest()
+
+
+def file_sha256(path, on_bytes=None):
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for chunk in iter(lambda: handle.read(CHUNK_BYTES), b""):
             digest.update(chunk)
+            if on_bytes is not None:
+                on_bytes(len(chunk))
     return digest.hexdigest()
 
 
@@ -255,9 +306,9 @@ def close_sources(sources):
         os.close(fd)
 
 
-def extract(plan, source_dir, output_dir):
+def extract(plan, source_dir, output_dir, progress=None):
     """Write every file of the plan beside output_dir, check each one's sha256, then rename it into place:
-    output_dir appears whole or not at all."""
+    output_dir appears whole or not at all. progress(phase, nbytes) hears of the bytes copied and hashed."""
     output_dir = os.path.abspath(output_dir)
     if os.path.lexists(output_dir):
         raise HeaderError("%s already exists; give a new OUTPUT_DIR" % os.path.basename(output_dir))
@@ -265,47 +316,58 @@ def extract(plan, source_dir, output_dir):
         prefix="." + os.path.basename(output_dir) + ".", suffix=".partial", dir=os.path.dirname(output_dir)
     )
     try:
-        _write_all(plan, source_dir, partial)
+        _write_all(plan, source_dir, partial, progress or (lambda phase, nbytes: None))
         os.rename(partial, output_dir)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
 
 
-def _write_all(plan, source_dir, output_dir):
+def _write_all(plan, source_dir, output_dir, progress):
+    lock = threading.Lock()
+
+    def hashed(nbytes):
+        with lock:
+            progress("hashed", nbytes)
+
     shards = plan["shards"]
     sources = open_sources(source_dir, sorted({item[1] for items in shards.values() for item in items}))
     try:
         for shard, items in shards.items():
-            write_shard(os.path.join(output_dir, shard), items, sources)
+            write_shard(os.path.join(output_dir, shard), items, sources, lambda n: progress("copied", n))
     finally:
         close_sources(sources)
     sized = {shard: [(item[0], item[5]) for item in items] for shard, items in shards.items()}
     with open(os.path.join(output_dir, INDEX_NAME), "wb") as handle:
         handle.write(index_bytes(sized))
-    with open(os.path.join(output_dir, "config.json"), "w", encoding="utf-8") as handle:
-        handle.write(plan["config"])
+    with open(os.path.join(output_dir, "config.json"), "wb") as handle:
+        handle.write(plan["config"].encode("utf-8"))
     for name in plan["assets"]:
         shutil.copyfile(os.path.join(source_dir, name), os.path.join(output_dir, name))
-    wrong = [
-        name
-        for name, expected in sorted(plan["sha256"].items())
-        if file_sha256(os.path.join(output_dir, name)) != expected
-    ]
+    expected = sorted(plan["sha256"].items())
+    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:  # hashlib releases the GIL
+        digests = pool.map(lambda name: file_sha256(os.path.join(output_dir, name), hashed), [n for n, _ in expected])
+        wrong = [name for (name, sha), digest in zip(expected, digests) if digest != sha]
     if wrong:
         raise HeaderError("written files differ from the recorded checkpoint: %s" % ", ".join(wrong))
+
+
+def _report_progress(phase, nbytes):
+    print("%s %s %d" % (PROGRESS_PREFIX, phase, nbytes), flush=True)
 
 
 def main(argv):
     if PLAN_JSON is None:
         print("error: no plan is embedded; this is the template, not a written extract.py", file=sys.stderr)
         return 2
+    progress = _report_progress if argv[1:2] == ["--progress"] else None
+    argv = [argv[0], *argv[2:]] if progress else argv
     if len(argv) != 3:
-        print("usage: python extract.py SOURCE_DIR OUTPUT_DIR", file=sys.stderr)
+        print("usage: python extract.py [--progress] SOURCE_DIR OUTPUT_DIR", file=sys.stderr)
         return 2
     plan = json.loads(PLAN_JSON)
     try:
-        extract(plan, argv[1], argv[2])
+        extract(plan, argv[1], argv[2], progress)
     except HeaderError as exc:
         print("error: %s" % exc, file=sys.stderr)
         return 1

@@ -1,11 +1,14 @@
 """The real-weight trim job: its payload (built in the call from what real_checks checked), and the job
-that copies the retained tensors as raw bytes, verifies them and proves the shipped script.
+that has the shipped script write the trimmed checkpoint, in one pass that is its own proof.
 
-The job runs in a worker on the `RealTrimJob` the tool started it with. Everything is written in a
-staging directory beside the target and renamed into place only after every tensor was compared
-byte for byte with its source, the output's structure was checked against the reduced config,
-and the shipped `extract.py` recreated the same files on its own. A failure or a cancellation
-(SIGTERM raises Stopped) removes the staging and reproduction directories.
+The job runs in a worker on the `RealTrimJob` the tool started it with. It hashes the retained
+source bytes (every entry checked against the plan), embeds those sha256 in `extract.py`, and runs
+that script, isolated, into a staging directory beside the target: the script copies the tensors
+as raw bytes (in the kernel where it can) and checks every file it wrote against the embedded
+hashes, so the deliverable, its reproducibility and its verification are one execution and the
+output is written once. The job then reparses every header and cross-checks the structure with
+the reduced config; only then is the staging renamed into place. A failure or a cancellation
+(SIGTERM raises Stopped; the script is killed) removes the staging directory.
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -28,24 +30,24 @@ from typing import Any
 from ..checkpoint.cross_check import cross_check
 from ..checkpoint.layout import analyse
 from ..checkpoint.safetensors_headers import CheckpointFiles, Tensor
-from ..foundation.atomic import scratch_prefix, staged_directory
+from ..foundation.atomic import staged_directory
 from ..foundation.errors import ErrorCode, ToolFailure
 from ..foundation.jobs import JOB_MARKER_ENV, stop_requested
-from ..foundation.policy import Policy, copy_resolved
+from ..foundation.policy import Policy
 from ..foundation.state import OutputRegistry, StateStore
 from ..foundation.worker import Progress
 from ..sources.git import tracked_below
 from ..target import script_source
 from ..target.extract import (
-    CHUNK_BYTES,
     INDEX_NAME,
+    PROGRESS_PREFIX,
     HeaderError,
     close_sources,
     file_sha256,
     index_bytes,
     open_sources,
     parse_header,
-    write_shard,
+    shard_sha256,
 )
 from .assets import IMAGE_NAME, MANIFEST_NAME, tiny_png
 from .cases import FILE_NAME
@@ -57,7 +59,8 @@ from .weight_map import Move
 SCRIPT_NAME = "extract.py"
 PLAN_LINE = "PLAN_JSON = None  # trim_model embeds the plan here (a JSON string) in the extract.py it writes\n"
 PROGRESS_EVERY_S = 0.5
-REPRODUCE_TIMEOUT_S = 24 * 3600
+SCRIPT_OUTPUT = ".extract-out"
+"""The script's OUTPUT_DIR inside the staging directory (its files are moved up once it succeeded)."""
 
 
 @dataclass(frozen=True)
@@ -139,8 +142,8 @@ def real_trim_job(
 
 class _Reporter:
     """Progress in bytes over the whole job, written at most every PROGRESS_EVERY_S (and at each phase
-    start): each of the PHASES (copy, verify, the shipped script's own copy) moves the retained bytes
-    once, so the job's total is PHASES times them and the count only grows from phase to phase."""
+    start): each of the PHASES (hashing the source, the script's copy, the script's sha256 check) moves
+    the retained bytes once, so the job's total is PHASES times them and the count only grows."""
 
     PHASES = 3
 
@@ -174,28 +177,7 @@ def _failure(message: str) -> ToolFailure:
     return ToolFailure(ErrorCode.FAILED, message)
 
 
-# -- writing ---------------------------------------------------------------------------------------
-
-
-def _write_weights(staging: Path, job: RealTrimJob, reporter: _Reporter) -> None:
-    reporter.start("copying tensor bytes")
-    sources = open_sources(job.source_dir, sorted(job.source_paths), job.source_paths)
-    try:
-        for shard, moves in job.shards.items():
-            write_shard(str(staging / shard), [m.row() for m in moves], sources, reporter.add)
-    finally:
-        close_sources(sources)
-    sized = {shard: [(m.target, m.nbytes) for m in moves] for shard, moves in job.shards.items()}
-    (staging / INDEX_NAME).write_bytes(index_bytes(sized))
-
-
-def _copy_assets(staging: Path, job: RealTrimJob) -> None:
-    (staging / "config.json").write_text(job.config, encoding="utf-8")
-    for name, path in job.assets.items():
-        copy_resolved(path, staging / name)  # checked and resolved in the call; a link swapped in since is refused
-
-
-# -- verifying -------------------------------------------------------------------------------------
+# -- the expectation, from the source alone -------------------------------------------------------
 
 
 @dataclass
@@ -206,87 +188,117 @@ class _Verified:
     headers: dict[str, dict[str, Tensor]]
 
 
-def _same_bytes(out_fd: int, out_offset: int, source_fd: int, source_offset: int, length: int, digest: Any) -> bool:
-    done = 0
-    while done < length:
-        size = min(CHUNK_BYTES, length - done)
-        written = os.pread(out_fd, size, out_offset + done)
-        original = os.pread(source_fd, size, source_offset + done)
-        if len(written) != size or written != original:
-            return False
-        digest.update(written)
-        done += size
-    return True
-
-
-def _verify_shard(
-    path: Path, moves: list[Move], sources: dict[str, Any], reporter: _Reporter
-) -> tuple[str, dict[str, Tensor]]:
-    """Reopen one output shard: its header must list exactly the planned tensors, and every tensor's bytes
-    must equal its source's; returns the whole file's sha256 (computed on the same read)."""
-    try:
-        header = parse_header(str(path))
-    except HeaderError as exc:
-        raise _failure(f"the written shard {path.name} does not parse back: {exc}.") from None
-    planned = {move.target: move for move in moves}
-    if set(header.entries) != set(planned):
-        raise _failure(f"the written shard {path.name} lists other tensors than planned.")
-    digest = hashlib.sha256()
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        digest.update(os.pread(fd, header.data_start, 0))
-        for name, entry in sorted(header.entries.items(), key=lambda kv: kv[1].begin):
-            move = planned[name]
-            nbytes = move.nbytes
-            if entry.dtype != move.dtype or entry.shape != move.shape or entry.end - entry.begin != nbytes:
-                raise _failure(
-                    f"{move.target} was written as {entry.dtype} {list(entry.shape)}, its source is {move.dtype} "
-                    f"{list(move.shape)}."
-                )
-            source_fd, source_header = sources[move.shard]
-            source_entry = source_header.entries.get(move.source)
-            if source_entry is None:
-                raise HeaderError(f"{move.source} is no longer in {move.shard}")
-            if not _same_bytes(
-                fd,
-                header.data_start + entry.begin,
-                source_fd,
-                source_header.data_start + source_entry.begin,
-                nbytes,
-                digest,
-            ):
-                raise _failure(f"the bytes of {move.target} differ from {move.source} in {move.shard}.")
-            reporter.add(nbytes)
-    finally:
-        os.close(fd)
-    tensors = {n: Tensor(e.dtype, e.shape, path.name, e.end - e.begin, e.begin) for n, e in header.entries.items()}
-    return digest.hexdigest(), tensors
-
-
-def _verify(staging: Path, job: RealTrimJob, reporter: _Reporter) -> _Verified:
-    shards = job.shards
-    reporter.start("verifying every tensor against its source")
+def _expected_sha256(job: RealTrimJob, reporter: _Reporter) -> dict[str, str]:
+    """The sha256 of every file the script is to write, computed before anything is written: shards from
+    their headers and the source bytes (read once, every entry checked against the plan), the index and
+    config from their bytes, the assets from the call."""
+    reporter.start("hashing the retained source bytes")
     sources = open_sources(job.source_dir, sorted(job.source_paths), job.source_paths)
-    pool = ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1, len(shards)))
+    rows = {shard: [m.row() for m in moves] for shard, moves in job.shards.items()}
+    pool = ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1, len(rows)))
     try:
-        futures = {s: pool.submit(_verify_shard, staging / s, shards[s], sources, reporter) for s in shards}
-        results = {shard: future.result() for shard, future in futures.items()}
+        futures = {shard: pool.submit(shard_sha256, items, sources, reporter.add) for shard, items in rows.items()}
+        sha = {shard: future.result() for shard, future in futures.items()}
     except BaseException:
         # a failure or cancellation drops the queued shards; the sources stay open for a shard still being
-        # compared (closing them could hand its descriptors to other files) until the worker exits
+        # hashed (closing them could hand its descriptors to other files) until the worker exits
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown()
     close_sources(sources)
-    sha = {shard: digest for shard, (digest, _) in results.items()}
-    sha[INDEX_NAME] = file_sha256(staging / INDEX_NAME)
-    sha["config.json"] = file_sha256(staging / "config.json")
-    sha |= {name: job.asset_sha256[name] for name in job.assets}
-    for name in job.assets:
-        if file_sha256(staging / name) != job.asset_sha256[name]:
-            raise _failure(f"the copied asset {name} differs from the source's.")
-    tensors = sum(len(moves) for moves in shards.values())
-    return _Verified(tensors, job.total_bytes, sha, {shard: tensors for shard, (_, tensors) in results.items()})
+    sized = {shard: [(m.target, m.nbytes) for m in moves] for shard, moves in job.shards.items()}
+    sha[INDEX_NAME] = hashlib.sha256(index_bytes(sized)).hexdigest()
+    sha["config.json"] = hashlib.sha256(job.config.encode("utf-8")).hexdigest()
+    return sha | job.asset_sha256
+
+
+# -- the shipped script writes the output ------------------------------------------------------------
+
+
+def script_text(plan: dict[str, Any]) -> str:
+    """extract.py: the standalone module with the plan embedded."""
+    template = script_source("extract")
+    if template.count(PLAN_LINE) != 1:
+        raise _failure("the extraction script template has changed shape; reinstall vllm-metax-mcp.")
+    embedded = f"PLAN_JSON = {json.dumps(json.dumps(plan, separators=(',', ':')))}\n"
+    return template.replace(PLAN_LINE, embedded)
+
+
+def _follow(proc: subprocess.Popen[str], reporter: _Reporter) -> None:
+    """Forward the script's `--progress` lines: its copy, then its own sha256 check of every file."""
+    assert proc.stdout is not None
+    hashing = False
+    for line in proc.stdout:
+        parts = line.split()
+        if len(parts) != 3 or parts[0] != PROGRESS_PREFIX or not parts[2].isdigit():
+            continue
+        if parts[1] == "hashed" and not hashing:
+            hashing = True
+            reporter.start(f"{SCRIPT_NAME}: checking the sha256 of every file it wrote")
+        reporter.add(int(parts[2]))
+
+
+def _still_resolved(job: RealTrimJob) -> None:
+    """The script opens SOURCE_DIR/<name>: each name must still lead to the file the call checked (a link
+    swapped in since is refused before the script reads through it)."""
+    for name, checked in sorted({**job.source_paths, **job.assets}.items()):
+        if os.path.realpath(os.path.join(job.source_dir, name)) != checked:
+            raise HeaderError(f"{name} no longer resolves to the file that was checked")
+
+
+def _run_script(staging: Path, job: RealTrimJob, reporter: _Reporter, expected: list[str]) -> None:
+    """Run the written extract.py alone (isolated, no site-packages) into the staging directory: its output
+    is the checkpoint, checked by the script against the hashes taken from the source."""
+    _still_resolved(job)
+    reporter.start(f"{SCRIPT_NAME}: copying tensor bytes")
+    out = staging / SCRIPT_OUTPUT
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    argv = [sys.executable, "-I", "-S", str(staging / SCRIPT_NAME), "--progress", job.source_dir, str(out)]
+    with tempfile.TemporaryFile("w+") as errors:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors, text=True, env=env)
+        try:
+            _follow(proc, reporter)
+            returncode = proc.wait()
+        except BaseException:  # cancelled (Stopped) or failed: the script must not outlive the job's staging
+            proc.kill()
+            proc.wait()
+            raise
+        errors.seek(0)
+        last = (errors.read().strip().splitlines() or ["no message"])[-1][:500]
+    if returncode != 0:
+        detail = last.replace(job.source_dir, "SOURCE_DIR").replace(str(out), "OUTPUT_DIR")
+        raise _failure(f"the shipped {SCRIPT_NAME} failed ({detail}); nothing was written.")
+    written = sorted(p.name for p in out.iterdir())
+    if written != sorted(expected):
+        raise _failure(f"the shipped {SCRIPT_NAME} wrote {written}, not {sorted(expected)}.")
+    for name in written:
+        os.rename(out / name, staging / name)
+    out.rmdir()
+
+
+def _read_back(staging: Path, job: RealTrimJob, sha: dict[str, str]) -> _Verified:
+    """Each written shard's header parsed again: exactly the planned tensors, each with its source's dtype,
+    shape and size (the bytes themselves were checked by sha256)."""
+    headers: dict[str, dict[str, Tensor]] = {}
+    for shard, moves in job.shards.items():
+        try:
+            header = parse_header(str(staging / shard))
+        except HeaderError as exc:
+            raise _failure(f"the written shard {shard} does not parse back: {exc}.") from None
+        planned = {move.target: move for move in moves}
+        if set(header.entries) != set(planned):
+            raise _failure(f"the written shard {shard} lists other tensors than planned.")
+        for name, entry in header.entries.items():
+            move = planned[name]
+            if entry.dtype != move.dtype or entry.shape != move.shape or entry.end - entry.begin != move.nbytes:
+                raise _failure(
+                    f"{move.target} was written as {entry.dtype} {list(entry.shape)}, its source is {move.dtype} "
+                    f"{list(move.shape)}."
+                )
+        entries = header.entries.items()
+        headers[shard] = {n: Tensor(e.dtype, e.shape, shard, e.end - e.begin, e.begin) for n, e in entries}
+    tensors = sum(len(moves) for moves in job.shards.values())
+    return _Verified(tensors, job.total_bytes, sha, headers)
 
 
 def _check_structure(job: RealTrimJob, verified: _Verified) -> list[str]:
@@ -307,76 +319,22 @@ def _check_structure(job: RealTrimJob, verified: _Verified) -> list[str]:
     return [f.message for f in errors]
 
 
-# -- the shipped script ----------------------------------------------------------------------------
-
-
-def script_text(plan: dict[str, Any]) -> str:
-    """extract.py: the standalone module with the plan embedded."""
-    template = script_source("extract")
-    if template.count(PLAN_LINE) != 1:
-        raise _failure("the extraction script template has changed shape; reinstall vllm-metax-mcp.")
-    embedded = f"PLAN_JSON = {json.dumps(json.dumps(plan, separators=(',', ':')))}\n"
-    return template.replace(PLAN_LINE, embedded)
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    if a.stat().st_size != b.stat().st_size:
-        return False
-    with open(a, "rb") as left, open(b, "rb") as right:
-        while True:
-            chunk = left.read(CHUNK_BYTES)
-            if chunk != right.read(CHUNK_BYTES):
-                return False
-            if not chunk:
-                return True
-
-
-def _reproduce(staging: Path, target: Path, job: RealTrimJob, expected: list[str]) -> None:
-    """Run the written extract.py alone (isolated, no site-packages) into a scratch directory and compare."""
-    prefix = scratch_prefix(target, os.environ.get(JOB_MARKER_ENV, ""))
-    scratch = Path(tempfile.mkdtemp(prefix=prefix, suffix=".reproduce", dir=target.parent))
-    try:
-        out = scratch / "out"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-        proc = subprocess.run(
-            [sys.executable, "-I", "-S", str(staging / SCRIPT_NAME), job.source_dir, str(out)],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=REPRODUCE_TIMEOUT_S,
-        )
-        if proc.returncode != 0:
-            detail = (proc.stderr.strip().splitlines() or ["no message"])[-1][:500]
-            detail = detail.replace(job.source_dir, "SOURCE_DIR").replace(str(scratch), "OUTPUT_DIR")
-            raise _failure(f"the shipped {SCRIPT_NAME} failed on its own ({detail}); nothing was written.")
-        written = sorted(p.name for p in out.iterdir())
-        if written != sorted(expected):
-            raise _failure(f"the shipped {SCRIPT_NAME} wrote {written}, not {sorted(expected)}.")
-        different = [name for name in expected if not _same_file(out / name, staging / name)]
-        if different:
-            raise _failure(f"the shipped {SCRIPT_NAME} recreated {', '.join(different)} with other bytes.")
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-
-
 # -- the job ---------------------------------------------------------------------------------------
 
 
-def _build(staging: Path, target: Path, job: RealTrimJob, reporter: _Reporter) -> dict[str, Any]:
+def _build(staging: Path, job: RealTrimJob, reporter: _Reporter) -> dict[str, Any]:
     """Everything of the output inside the staging directory; the job's result fields."""
-    _copy_assets(staging, job)
-    _write_weights(staging, job, reporter)
-    verified = _verify(staging, job, reporter)
-    remaining = _check_structure(job, verified)
+    sha = _expected_sha256(job, reporter)
     script_plan = {
         "shards": {shard: [m.row() for m in moves] for shard, moves in job.shards.items()},
         "config": job.config,
         "assets": sorted(job.assets),
-        "sha256": verified.sha256,
+        "sha256": sha,
     }
     (staging / SCRIPT_NAME).write_text(script_text(script_plan), encoding="utf-8")
-    reporter.start(f"running the shipped {SCRIPT_NAME} once to prove it")
-    _reproduce(staging, target, job, sorted(verified.sha256))
+    _run_script(staging, job, reporter, sorted(sha))
+    verified = _read_back(staging, job, sha)
+    remaining = _check_structure(job, verified)
     extras = list(job.extra_files)
     for name, text in job.extra_files.items():
         (staging / name).write_text(text, encoding="utf-8")
@@ -405,7 +363,7 @@ def run_job(job: RealTrimJob, progress: Progress) -> dict[str, Any]:
         tag = os.environ.get(JOB_MARKER_ENV, "")
         policy = _job_policy(job)
         with staged_directory(target, replace=job.overwrite, tag=tag, shown=job.shown, policy=policy) as staging:
-            result = _build(staging, target, job, reporter)
+            result = _build(staging, job, reporter)
     except HeaderError as exc:
         raise _failure(f"the source changed since it was checked ({exc}); nothing was written.") from None
     except OSError as exc:
@@ -437,9 +395,9 @@ def _manifest(job: RealTrimJob, verified: _Verified, files: dict[str, str], rema
         "verified": {
             "tensors": verified.tensors,
             "bytes": verified.nbytes,
-            "method": "every output tensor reopened and compared byte for byte with its source range; dtype and "
-            "shape equal to the source's; layer ids, MTP naming, kinds and ignore lists cross-checked against "
-            "the reduced config.json",
+            "method": "the sha256 of every written file equal to the one computed beforehand from the source "
+            "bytes; every header reparsed, each tensor's dtype, shape and size equal to its source's; layer ids, "
+            "MTP naming, kinds and ignore lists cross-checked against the reduced config.json",
             "source_disagreements_kept": remaining,
         },
         "script": {

@@ -88,7 +88,7 @@ def check_disk(target: Path, need: int, quota: int | None) -> None:
     if need > limit:
         where = f"max_disk_bytes {quota}" if limit != free else f"{free} bytes free at the output"
         raise bad_input(
-            f"the trim needs {need} bytes (the checkpoint and, while extract.py is proven, its reproduction) but "
+            f"the trim needs {need} bytes (the trimmed checkpoint, written once) but "
             f"{where} allows {limit}; nothing was written. Free space, choose another output root, or keep fewer "
             "layers (plan_trim budgets.disk_bytes_real gives the checkpoint alone).",
         )
@@ -130,7 +130,7 @@ def check_real_trim(
     checkpoint = weights.nbytes + HEADER_ALLOWANCE_BYTES * len(weights.moves)
     check_disk(
         target.path,
-        2 * (checkpoint + len(config_text) + sum(Path(p).stat().st_size for p in assets.values())),
+        checkpoint + len(config_text) + sum(Path(p).stat().st_size for p in assets.values()),
         max_disk_bytes,
     )
     source_paths = {shard: str(policy.readable(source.directory / shard)) for shard in files.shard_names}
