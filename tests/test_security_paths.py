@@ -1071,7 +1071,8 @@ REVIEWED_READS = {
     (
         "core/target/extract.py",
         "*",
-    ): "stdlib-only (also shipped as extract.py): called with resolved, checked paths or outputs",
+    ): "stdlib-only (also shipped as extract.py): resolved, checked paths, outputs, or (run as the job's copier) "
+    "its private SOURCE_DIR of links to them; regular files only",
     ("core/trim/assets.py", "copy_assets"): "reads through policy.open_readable; opens only its new output file",
     ("core/smoke/answers.py", "_image_url"): "a case image run_smoke_test resolved with policy.readable",
     ("core/smoke/plan.py", "_identity"): "the model directory, after policy.readable_entries",

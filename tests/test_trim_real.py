@@ -17,7 +17,7 @@ from typing import Any
 
 import anyio
 import pytest
-from helpers import pids_with_marker, snapshot, wait_for
+from helpers import live_pids_with_env, pids_with_marker, snapshot, wait_for
 from test_inspect_config import (
     Tensors,
     deepseek_tensors,
@@ -32,6 +32,7 @@ from tiny_models import build_model
 
 from vllm_metax_mcp.core.foundation.errors import ErrorCode, ToolFailure
 from vllm_metax_mcp.core.target.extract import DTYPE_BITS, parse_header
+from vllm_metax_mcp.core.trim import real as real_trim
 from vllm_metax_mcp.tools import run_smoke_test as smoke_tool
 from vllm_metax_mcp.tools import trim_model as tool
 from vllm_metax_mcp.tools.dispatch import invoke
@@ -357,6 +358,18 @@ def test_extract_py_on_a_changed_source_fails_clearly_and_writes_nothing(tmp_pat
     assert not again.exists()
 
 
+def test_a_source_file_named_like_a_file_the_trim_writes_is_refused_not_shipped_over_it(tmp_path: Path) -> None:
+    """Remote-code assets are named by the config's auto_map (core/trim/assets.py _remote_code): one named
+    extract.py would have replaced the shipped script in the output."""
+    root = tmp_path / "root"
+    source = _small_v3(root)
+    config = json.loads((source / "config.json").read_text())
+    (source / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoModel": "extract.Model"}}))
+    (source / "extract.py").write_text("class Model: ...\n")
+    refused(runtime(tmp_path), {"model": "v3", "output": "out"}, "extract.py would replace a file the trim writes")
+    assert leftovers(root, {"v3", "hf-cache"}) == []
+
+
 # -- refusals: nothing written ------------------------------------------------------------------
 
 
@@ -523,12 +536,13 @@ def _start_big_trim(tmp_path: Path) -> tuple[Runtime, str]:
     started = trim(rt, {"model": "big", "output": "out"}, wait=0)
     assert started.job is not None
     job = started.job.id
-    wait_for(
-        lambda: (rt.jobs.get(job).get("progress") or {}).get("message", "").startswith("extract.py: copying"),
-        60,
-        0.01,
-        "the copy to start",
-    )
+
+    def copying() -> bool:
+        message = (rt.jobs.get(job).get("progress") or {}).get("message", "")
+        script = [p for p in pids_with_marker(job) if b"extract.py" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        return message.startswith("extract.py: copying") and bool(script)
+
+    wait_for(copying, 60, 0.01, "the shipped script to be copying")
     return rt, job
 
 
@@ -609,3 +623,38 @@ def test_a_trimmed_tiny_llama_loads_in_vllm_and_answers_like_transformers(
     assert proc.returncode == 0, proc.stderr[-3000:]
     reference = json.loads(proc.stdout.strip().splitlines()[-1])
     assert first.token_ids == reference["ids"], "greedy tokens equal transformers' on the same trimmed weights"
+
+
+# -- the job's run of the shipped script ----------------------------------------------------------
+
+
+class _FailingReporter:
+    """Stands in for the job's progress sink; fails on the first progress line, as a cancellation would."""
+
+    def start(self, phase: str) -> None: ...
+
+    def add(self, nbytes: int) -> None:
+        raise KeyboardInterrupt("cancelled")
+
+
+def _script(body: str) -> list[str]:
+    return [sys.executable, "-c", f"import time\nprint('@progress copied 1', flush=True)\n{body}"]
+
+
+def test_a_failure_while_following_the_script_kills_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    marker = f"trim-script-{os.getpid()}-{time.monotonic_ns()}"
+    monkeypatch.setenv("VLLM_METAX_MCP_TEST_SCRIPT", marker)
+    with pytest.raises(KeyboardInterrupt):
+        real_trim._execute(_script("time.sleep(120)"), _FailingReporter())  # type: ignore[arg-type]
+    assert live_pids_with_env("VLLM_METAX_MCP_TEST_SCRIPT", marker) == []
+
+
+def test_a_script_silent_past_the_limit_is_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(real_trim, "SCRIPT_SILENCE_S", 1)
+    reporter = real_trim._Reporter(_Sink(), 1)
+    returncode, _, silenced = real_trim._execute(_script("time.sleep(120)"), reporter)
+    assert silenced and returncode != 0
+
+
+class _Sink:
+    def report(self, done: float, total: float | None = None, message: str | None = None) -> None: ...

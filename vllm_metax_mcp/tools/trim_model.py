@@ -82,7 +82,7 @@ class TrimModelOutput(PlanTrimOutput):
     manifest: str = Field(default="", description="trim_manifest.json, relative to the first root.")
     manifest_sha256: str = ""
     weights: WeightsOut | None = Field(default=None, description="real: the retained tensors and their names.")
-    verified: VerifiedOut | None = Field(default=None, description="real: sha256 equal to the source bytes'.")
+    verified: VerifiedOut | None = Field(default=None, description="real: sha256 checked against the source's bytes.")
     script_reproduced: bool | None = Field(default=None, description="real: the shipped extract.py wrote them.")
     load_validated: bool | None = Field(default=None, description="real: false until validate_with passes.")
     validate_with: dict[str, Any] | None = Field(default=None, description="real: the run_smoke_test call to run.")

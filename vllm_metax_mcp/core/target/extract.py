@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import sys
 import tempfile
 import threading
@@ -131,17 +132,37 @@ def _check_layout(entries, data_size):
         raise HeaderError("has %d data bytes after its last tensor" % (data_size - position))
 
 
+def open_regular(path):
+    """A read-only descriptor of path, refused unless it is a regular file (a FIFO, a device or a directory
+    swapped in is never read: opened without blocking, checked on the descriptor itself)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise HeaderError("%s is not a regular file" % os.path.basename(path))
+    return fd
+
+
 def parse_header(path):
     """The header of one shard, checked against the file's size; raises HeaderError."""
-    size = os.path.getsize(path)
-    with open(path, "rb") as handle:
-        prefix = handle.read(8)
-        if len(prefix) < 8:
-            raise HeaderError("%d bytes long, shorter than the 8-byte header length" % size)
-        length = int.from_bytes(prefix, "little")
-        if length < 2 or length > MAX_HEADER_BYTES or length > size - 8:
-            raise HeaderError("declares a %d-byte header in a %d-byte file" % (length, size))
-        raw = handle.read(length)
+    fd = open_regular(path)
+    try:
+        return parse_header_fd(fd)
+    finally:
+        os.close(fd)
+
+
+def parse_header_fd(fd):
+    """parse_header on an open descriptor (the one the data is then read from)."""
+    size = os.fstat(fd).st_size
+    prefix = os.pread(fd, 8, 0)
+    if len(prefix) < 8:
+        raise HeaderError("%d bytes long, shorter than the 8-byte header length" % size)
+    length = int.from_bytes(prefix, "little")
+    if length < 2 or length > MAX_HEADER_BYTES or length > size - 8:
+        raise HeaderError("declares a %d-byte header in a %d-byte file" % (length, size))
+    raw = os.pread(fd, length, 8)
+    if len(raw) != length:
+        raise HeaderError("ended inside its %d-byte header" % length)
     try:
         document = json.loads(raw, object_pairs_hook=_no_duplicates)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
@@ -259,24 +280,6 @@ def write_shard(path, items, sources, on_bytes=None):
         os.close(fd)
 
 
-def shard_sha256(items, sources, on_bytes=None):
-    """The sha256 the shard write_shard makes from these items will have, computed from the source bytes
-    alone (read once, in CHUNK_BYTES pieces): the independent expectation the written file must meet."""
-    planned = _planned(items, sources)
-    digest = hashlib.sha256(_shard_header(planned))
-    for source_fd, begin, length in _runs(planned):
-        done = 0
-        while done < length:
-            chunk = os.pread(source_fd, min(CHUNK_BYTES, length - done), begin + done)
-            if not chunk:
-                raise HeaderError("a source shard ended %d bytes early" % (length - done))
-            digest.update(chunk)
-            done += len(chunk)
-            if on_bytes is not None:
-                on_bytes(len(chunk))
-    return digest.hexdigest()
-
-
 def file_sha256(path, on_bytes=None):
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -288,17 +291,36 @@ def file_sha256(path, on_bytes=None):
 
 
 def open_sources(directory, shard_names, paths=None):
-    """(fd, Header) per source shard; paths may give each shard's resolved file."""
+    """(fd, Header) per source shard, the header read from the descriptor the data is read from; paths may
+    give each shard's resolved file."""
     sources = {}
     try:
         for shard in shard_names:
-            path = (paths or {}).get(shard) or os.path.join(directory, shard)
-            header = parse_header(path)
-            sources[shard] = (os.open(path, os.O_RDONLY), header)
+            fd = open_regular((paths or {}).get(shard) or os.path.join(directory, shard))
+            try:
+                sources[shard] = (fd, parse_header_fd(fd))
+            except BaseException:
+                os.close(fd)
+                raise
     except BaseException:
         close_sources(sources)
         raise
     return sources
+
+
+def copy_asset(source, target):
+    """An asset copied from a descriptor checked to be a regular file (never a device that never ends)."""
+    fd = open_regular(source)
+    try:
+        size = os.fstat(fd).st_size
+        out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            copy_range(fd, 0, out, 0, size)
+            os.fsync(out)
+        finally:
+            os.close(out)
+    finally:
+        os.close(fd)
 
 
 def close_sources(sources):
@@ -343,7 +365,7 @@ def _write_all(plan, source_dir, output_dir, progress):
     with open(os.path.join(output_dir, "config.json"), "wb") as handle:
         handle.write(plan["config"].encode("utf-8"))
     for name in plan["assets"]:
-        shutil.copyfile(os.path.join(source_dir, name), os.path.join(output_dir, name))
+        copy_asset(os.path.join(source_dir, name), os.path.join(output_dir, name))
     expected = sorted(plan["sha256"].items())
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:  # hashlib releases the GIL
         digests = pool.map(lambda name: file_sha256(os.path.join(output_dir, name), hashed), [n for n, _ in expected])
@@ -376,10 +398,11 @@ def main(argv):
         print("error: %s%s" % (exc.strerror or type(exc).__name__, where), file=sys.stderr)
         return 1
     count = sum(len(items) for items in plan["shards"].values())
-    print(
-        "wrote %d tensors in %d shards to %s; every file matches its recorded sha256"
-        % (count, len(plan["shards"]), argv[2])
-    )
+    if not progress:  # with --progress the caller reads machine lines only (and no path to encode)
+        print(
+            "wrote %d tensors in %d shards to %s; every file matches its recorded sha256"
+            % (count, len(plan["shards"]), argv[2])
+        )
     return 0
 
 

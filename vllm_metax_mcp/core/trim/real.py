@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -39,27 +40,30 @@ from ..foundation.worker import Progress
 from ..sources.git import tracked_below
 from ..target import script_source
 from ..target.extract import (
+    CHUNK_BYTES,
     INDEX_NAME,
     PROGRESS_PREFIX,
     HeaderError,
     close_sources,
     file_sha256,
+    header_bytes,
     index_bytes,
     open_sources,
     parse_header,
-    shard_sha256,
 )
 from .assets import IMAGE_NAME, MANIFEST_NAME, tiny_png
 from .cases import FILE_NAME
 from .output import TrimTarget
 from .plan import Plan, Source
-from .real_checks import CheckedTrim
+from .real_checks import SCRIPT_NAME, CheckedTrim
 from .weight_map import Move
 
-SCRIPT_NAME = "extract.py"
 PLAN_LINE = "PLAN_JSON = None  # trim_model embeds the plan here (a JSON string) in the extract.py it writes\n"
 PROGRESS_EVERY_S = 0.5
 SCRIPT_OUTPUT = ".extract-out"
+SCRIPT_SOURCE = ".extract-source"
+"""The script's SOURCE_DIR inside the staging directory: links to the checked source files."""
+SCRIPT_SILENCE_S = 600
 """The script's OUTPUT_DIR inside the staging directory (its files are moved up once it succeeded)."""
 
 
@@ -188,16 +192,40 @@ class _Verified:
     headers: dict[str, dict[str, Tensor]]
 
 
+def _moves_sha256(moves: list[Move], sources: dict[str, Any], on_bytes: Any) -> str:
+    """One output shard's expected sha256, by code of its own (not the script's copy plan): the header
+    built from the plan's moves, then each move's source bytes, looked up by name and read tensor by
+    tensor, so a fault in the script's grouping or offsets cannot hide in both sides."""
+    digest = hashlib.sha256(header_bytes([(m.target, m.dtype, m.shape, m.nbytes) for m in moves]))
+    for move in moves:
+        fd, header = sources[move.shard]
+        entry = header.entries.get(move.source)
+        if entry is None or (entry.dtype, tuple(entry.shape), entry.end - entry.begin) != (
+            move.dtype,
+            tuple(move.shape),
+            move.nbytes,
+        ):
+            raise HeaderError(f"{move.source} (in {move.shard}) is no longer what the plan recorded")
+        done = 0
+        while done < move.nbytes:
+            chunk = os.pread(fd, min(CHUNK_BYTES, move.nbytes - done), header.data_start + entry.begin + done)
+            if not chunk:
+                raise HeaderError(f"{move.shard} ended inside {move.source}")
+            digest.update(chunk)
+            done += len(chunk)
+            on_bytes(len(chunk))
+    return digest.hexdigest()
+
+
 def _expected_sha256(job: RealTrimJob, reporter: _Reporter) -> dict[str, str]:
     """The sha256 of every file the script is to write, computed before anything is written: shards from
-    their headers and the source bytes (read once, every entry checked against the plan), the index and
-    config from their bytes, the assets from the call."""
+    the plan and the source bytes (read once, every entry checked against the plan), the index and config
+    from their bytes, the assets from the call."""
     reporter.start("hashing the retained source bytes")
     sources = open_sources(job.source_dir, sorted(job.source_paths), job.source_paths)
-    rows = {shard: [m.row() for m in moves] for shard, moves in job.shards.items()}
-    pool = ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1, len(rows)))
+    pool = ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1, len(job.shards)))
     try:
-        futures = {shard: pool.submit(shard_sha256, items, sources, reporter.add) for shard, items in rows.items()}
+        futures = {s: pool.submit(_moves_sha256, moves, sources, reporter.add) for s, moves in job.shards.items()}
         sha = {shard: future.result() for shard, future in futures.items()}
     except BaseException:
         # a failure or cancellation drops the queued shards; the sources stay open for a shard still being
@@ -224,53 +252,90 @@ def script_text(plan: dict[str, Any]) -> str:
     return template.replace(PLAN_LINE, embedded)
 
 
-def _follow(proc: subprocess.Popen[str], reporter: _Reporter) -> None:
-    """Forward the script's `--progress` lines: its copy, then its own sha256 check of every file."""
-    assert proc.stdout is not None
-    hashing = False
-    for line in proc.stdout:
-        parts = line.split()
-        if len(parts) != 3 or parts[0] != PROGRESS_PREFIX or not parts[2].isdigit():
-            continue
-        if parts[1] == "hashed" and not hashing:
-            hashing = True
-            reporter.start(f"{SCRIPT_NAME}: checking the sha256 of every file it wrote")
-        reporter.add(int(parts[2]))
+class _Watched:
+    """The script's progress lines, forwarded to the reporter; a script silent for SCRIPT_SILENCE_S (a
+    stalled mount, a file that blocks) is killed rather than left to hang the job."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], reporter: _Reporter) -> None:
+        self.proc = proc
+        self.reporter = reporter
+        self.last = time.monotonic()
+        self.silenced = False
+        self.done = threading.Event()
+
+    def watchdog(self) -> None:
+        while not self.done.wait(1.0):
+            if time.monotonic() - self.last > SCRIPT_SILENCE_S:
+                self.silenced = True
+                self.proc.kill()
+                return
+
+    def follow(self) -> None:
+        assert self.proc.stdout is not None
+        hashing = False
+        for raw in self.proc.stdout:
+            self.last = time.monotonic()
+            parts = raw.decode("ascii", errors="replace").split()
+            if len(parts) != 3 or parts[0] != PROGRESS_PREFIX or not parts[2].isdigit():
+                continue
+            if parts[1] == "hashed" and not hashing:
+                hashing = True
+                self.reporter.start(f"{SCRIPT_NAME}: checking the sha256 of every file it wrote")
+            self.reporter.add(int(parts[2]))
 
 
-def _still_resolved(job: RealTrimJob) -> None:
-    """The script opens SOURCE_DIR/<name>: each name must still lead to the file the call checked (a link
-    swapped in since is refused before the script reads through it)."""
-    for name, checked in sorted({**job.source_paths, **job.assets}.items()):
-        if os.path.realpath(os.path.join(job.source_dir, name)) != checked:
-            raise HeaderError(f"{name} no longer resolves to the file that was checked")
+def _private_source(staging: Path, job: RealTrimJob) -> Path:
+    """SOURCE_DIR for the script: links from each name it opens to the file the call checked (resolved),
+    so a link swapped into the source since is never followed."""
+    private = staging / SCRIPT_SOURCE
+    private.mkdir(mode=0o700)
+    for name, checked in {**job.source_paths, **job.assets}.items():
+        (private / name).parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(checked, private / name)
+    return private
 
 
-def _run_script(staging: Path, job: RealTrimJob, reporter: _Reporter, expected: list[str]) -> None:
-    """Run the written extract.py alone (isolated, no site-packages) into the staging directory: its output
-    is the checkpoint, checked by the script against the hashes taken from the source."""
-    _still_resolved(job)
-    reporter.start(f"{SCRIPT_NAME}: copying tensor bytes")
-    out = staging / SCRIPT_OUTPUT
+def _execute(argv: list[str], reporter: _Reporter) -> tuple[int, str, bool]:
+    """Run the script, following its progress; (exit status, its last error line, killed for silence)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    argv = [sys.executable, "-I", "-S", str(staging / SCRIPT_NAME), "--progress", job.source_dir, str(out)]
-    with tempfile.TemporaryFile("w+") as errors:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors, text=True, env=env)
+    with tempfile.TemporaryFile("w+b") as errors:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors, env=env)
+        watched = _Watched(proc, reporter)
+        guard = threading.Thread(target=watched.watchdog, daemon=True)
+        guard.start()
         try:
-            _follow(proc, reporter)
+            watched.follow()
             returncode = proc.wait()
         except BaseException:  # cancelled (Stopped) or failed: the script must not outlive the job's staging
             proc.kill()
             proc.wait()
             raise
-        errors.seek(0)
-        last = (errors.read().strip().splitlines() or ["no message"])[-1][:500]
+        finally:
+            watched.done.set()
+        errors.seek(max(0, os.fstat(errors.fileno()).st_size - 4096))
+        lines = errors.read().decode(errors="replace").strip().splitlines()
+    return returncode, (lines or ["no message"])[-1][:500], watched.silenced
+
+
+def _run_script(staging: Path, job: RealTrimJob, reporter: _Reporter, expected: list[str]) -> None:
+    """Run the written extract.py alone (isolated, no site-packages) into the staging directory: its output
+    is the checkpoint, checked by the script against the hashes taken from the source."""
+    reporter.start(f"{SCRIPT_NAME}: copying tensor bytes")
+    source, out = _private_source(staging, job), staging / SCRIPT_OUTPUT
+    argv = [sys.executable, "-I", "-S", str(staging / SCRIPT_NAME), "--progress", str(source), str(out)]
+    returncode, last, silenced = _execute(argv, reporter)
+    shutil.rmtree(source)
+    if silenced:
+        raise _failure(f"the shipped {SCRIPT_NAME} made no progress for {SCRIPT_SILENCE_S} s and was stopped.")
     if returncode != 0:
-        detail = last.replace(job.source_dir, "SOURCE_DIR").replace(str(out), "OUTPUT_DIR")
+        detail = last.replace(str(source), "SOURCE_DIR").replace(str(out), "OUTPUT_DIR")
         raise _failure(f"the shipped {SCRIPT_NAME} failed ({detail}); nothing was written.")
     written = sorted(p.name for p in out.iterdir())
     if written != sorted(expected):
         raise _failure(f"the shipped {SCRIPT_NAME} wrote {written}, not {sorted(expected)}.")
+    clashes = [name for name in written if os.path.lexists(staging / name)]
+    if clashes:
+        raise _failure(f"the source's {', '.join(clashes)} would replace a file the trim writes; nothing was written.")
     for name in written:
         os.rename(out / name, staging / name)
     out.rmdir()
@@ -288,6 +353,11 @@ def _read_back(staging: Path, job: RealTrimJob, sha: dict[str, str]) -> _Verifie
         planned = {move.target: move for move in moves}
         if set(header.entries) != set(planned):
             raise _failure(f"the written shard {shard} lists other tensors than planned.")
+        offset = 0
+        for move in moves:  # in plan order, each tensor where the plan puts it
+            if header.entries[move.target].begin != offset:
+                raise _failure(f"{move.target} is not at its planned offset in the written shard {shard}.")
+            offset += move.nbytes
         for name, entry in header.entries.items():
             move = planned[name]
             if entry.dtype != move.dtype or entry.shape != move.shape or entry.end - entry.begin != move.nbytes:
@@ -395,9 +465,10 @@ def _manifest(job: RealTrimJob, verified: _Verified, files: dict[str, str], rema
         "verified": {
             "tensors": verified.tensors,
             "bytes": verified.nbytes,
-            "method": "the sha256 of every written file equal to the one computed beforehand from the source "
-            "bytes; every header reparsed, each tensor's dtype, shape and size equal to its source's; layer ids, "
-            "MTP naming, kinds and ignore lists cross-checked against the reduced config.json",
+            "method": "the job computed each file's sha256 beforehand from the plan and the source bytes, with "
+            "code of its own; the shipped script, which wrote the files, checked every one against it; the job "
+            "reparsed every header (each tensor at its planned offset, with its source's dtype, shape and size) "
+            "and cross-checked layer ids, MTP naming, kinds and ignore lists with the reduced config.json",
             "source_disagreements_kept": remaining,
         },
         "script": {

@@ -10,7 +10,9 @@ from pathlib import Path
 from ..checkpoint.safetensors_headers import CheckpointFiles
 from ..foundation.errors import bad_input
 from ..foundation.policy import Policy
-from .cases import dump_smoke_cases
+from ..target.extract import INDEX_NAME
+from .assets import IMAGE_NAME, MANIFEST_NAME
+from .cases import FILE_NAME, dump_smoke_cases
 from .config_rewrite import dump_config
 from .output import TrimTarget
 from .plan import Plan, Source, keep_submodel_whole
@@ -19,6 +21,9 @@ from .weight_map import Layers, Move, WeightMap, assign_shards, map_tensors, sub
 OTHER_WEIGHT_FORMATS = (".bin", ".pt", ".pth", ".gguf", ".ckpt", ".msgpack", ".h5")
 HEADER_ALLOWANCE_BYTES = 256
 """Per tensor, for the output headers in the disk estimate."""
+SCRIPT_NAME = "extract.py"
+WRITTEN_NAMES = frozenset({SCRIPT_NAME, MANIFEST_NAME, FILE_NAME, IMAGE_NAME, INDEX_NAME, "config.json"})
+"""Files a real-weight trim writes itself: no source asset may take one of these names."""
 
 
 def readable_source(source: Source) -> CheckpointFiles:
@@ -123,6 +128,12 @@ def check_real_trim(
     layers = Layers(plan.backbone, source.layout.mtp_layers or 0, plan.layer_map, plan.selection.kept_mtp, others)
     weights = map_tensors(files, prefix, layers)
     shards = assign_shards(weights.moves, max_shard_bytes)
+    clashes = sorted(WRITTEN_NAMES.intersection(plan.assets.copy))
+    if clashes:
+        raise bad_input(
+            f"the source's {', '.join(clashes)} would replace a file the trim writes (an auto_map module of that "
+            "name?); nothing was written. Rename it in a copy of the source."
+        )
     assets = {name: str(policy.readable(source.directory / name)) for name in plan.assets.copy}
     config_text = dump_config(plan.config).decode()
     plan.cases.serve.load_format = "safetensors"
