@@ -23,7 +23,7 @@ from typing import Any, Literal, NamedTuple, get_args
 from ..foundation.isolated import ProbeDied, run_isolated
 from ..foundation.state import StateStore
 from ..target import script_source
-from .processes import SMOKE_MARKER_ENV, start_ticks
+from .processes import SMOKE_MARKER_ENV, process_group, start_ticks
 
 QUERY_TIMEOUT_S = 30
 VLLM_DEFAULT_UTILIZATION = 0.9
@@ -342,14 +342,6 @@ def launched_servers(store: StateStore) -> list[LaunchedServer]:
     return found
 
 
-def _process_group(pid: int) -> int | None:
-    """The process group in /proc/PID/stat (the third field after the command name)."""
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[2])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def _smoke_marker(pid: int) -> str | None:
     """The run id of the smoke marker in /proc/PID/environ (unreadable for another user's process)."""
     prefix = f"{SMOKE_MARKER_ENV}=".encode()
@@ -365,7 +357,7 @@ def started_by(pid: int, servers: Sequence[LaunchedServer]) -> str | None:
     and the group's leader is still the recorded process (same start time: a reused group id fails), or it
     carries the run's marker (set only by this server's launch; a finished run's id may be known to anyone).
     None: this server did not start it, or it is not visible here."""
-    group = _process_group(pid)
+    group = process_group(pid)
     if group is None:
         return None
     running = [s for s in servers if not s.finished]

@@ -40,7 +40,7 @@ class Teardown:
     """On a Ray cluster: the end of the server's Ray job (its actors live outside this process group)."""
 
 
-def _stat_fields(pid: int) -> list[str] | None:
+def stat_fields(pid: int) -> list[str] | None:
     """The fields of /proc/PID/stat after the command name (state first, process group third)."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -48,10 +48,19 @@ def _stat_fields(pid: int) -> list[str] | None:
         return None
 
 
+def process_group(pid: int) -> int | None:
+    """The process group of a live process (None: gone, or not visible here)."""
+    fields = stat_fields(pid)
+    try:
+        return int(fields[2]) if fields else None
+    except (IndexError, ValueError):
+        return None
+
+
 def start_ticks(pid: int) -> int | None:
     """When the process started (clock ticks since boot, /proc/PID/stat field 22): with its pid, an identity
     that a reused pid does not share."""
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     try:
         return int(fields[19]) if fields else None
     except (IndexError, ValueError):
@@ -66,7 +75,7 @@ def processes_of(pgid: int, marker: str) -> list[int]:
         if not entry.name.isdigit():
             continue
         pid = int(entry.name)
-        fields = _stat_fields(pid)
+        fields = stat_fields(pid)
         if fields is None or fields[0] in ("Z", "X"):
             continue
         if int(fields[2]) == pgid:
@@ -103,7 +112,7 @@ def stop_server(proc: subprocess.Popen[bytes], marker: str) -> Teardown:
             os.killpg(proc.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
-        outside = [pid for pid in pids if (_stat_fields(pid) or ["", "", "-1"])[2] != str(proc.pid)]
+        outside = [pid for pid in pids if process_group(pid) != proc.pid]
         for pid in outside:
             try:
                 os.kill(pid, sig)
