@@ -36,7 +36,7 @@ test-fast: lint
 	$(PY) -m pytest -p no:cacheprovider --durations=15 -m "not slow" tests
 
 # Every benchmark, each a ratio to a reference measured in the same run (needs the `bench` extra).
-BENCHES := bench_pyindex bench_diff_model bench_audit_commits bench_trim_real
+BENCHES := bench_pyindex bench_diff_model bench_audit_commits bench_trim_real bench_port_model
 bench: venv
 	$(PY) -m pip install --quiet ".[bench]"
 	set -e; for b in $(BENCHES); do echo "== $$b"; $(PY) -m bench.$$b; done

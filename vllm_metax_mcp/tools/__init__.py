@@ -12,6 +12,7 @@ from . import (
     inspect_config,
     jobs,
     plan_trim,
+    port_model,
     run_smoke_test,
     trace_dependency,
     trim_model,
@@ -30,6 +31,7 @@ ALL_TOOLS: tuple[ToolSpec, ...] = (
     plan_trim.SPEC,
     trim_model.SPEC,
     audit_commits.SPEC,
+    port_model.SPEC,
 )
 
 

@@ -2,18 +2,18 @@
 
 An existing output is replaced only when it is an earlier output of this server: it carries one of
 the server's markers (`trim_manifest.json` of a trim, `.vllm-metax-mcp-export.json` of an export,
-each starting with its `"format": "vllm-metax-mcp/..."` line), the server's state directory recorded
-writing exactly that directory and marker (`OutputRecords`, see `core/foundation/state.py`: a repository can
-commit a marker, it cannot write into the state directory), and it neither is nor holds a git
-repository (a `.git` directory, file or link, or a bare repository). The walk that looks for one
-never follows a symlink, stops at the first repository and gives up (refusing) after
-REPLACE_WALK_LIMIT entries, so a huge tree costs at most that many directory entries — and a tree
-without a recorded marker is refused before any walk. `Policy.replaceable` is the one overwrite rule:
-it adds what needs the policy (output roots, read roots, the state directory, files tracked by an
-enclosing repository) and calls `check_replaceable`; `staged_directory(replace=True, policy=...)`
-applies it when it starts and right before the swap, since a job may run for hours between the call
-and the rename, and records the new output once the swap succeeded.
-"""
+`port_report.json` of a port, each starting with its `"format": "vllm-metax-mcp/..."` line), the
+server's state directory recorded writing exactly that directory and marker (`OutputRecords`, see
+`core/foundation/state.py`: a repository can commit a marker, it cannot write into the state
+directory), and it neither is nor holds a git repository (a `.git` directory, file or link, or a
+bare repository). The walk that looks for one never follows a symlink, stops at the first repository
+and gives up (refusing) after REPLACE_WALK_LIMIT entries, so a huge tree costs at most that many
+directory entries — and a tree without a recorded marker is refused before any walk.
+`Policy.replaceable` is the one overwrite rule: it adds what needs the policy (output roots, read
+roots, the state directory, files tracked by an enclosing repository) and calls `check_replaceable`;
+`staged_directory(replace=True, policy=...)` applies it when it starts and right before the swap,
+since a job may run for hours between the call and the rename, and records the new output once the
+swap succeeded. """
 
 from __future__ import annotations
 
@@ -36,7 +36,12 @@ if TYPE_CHECKING:
 
 TRIM_MANIFEST = "trim_manifest.json"
 EXPORT_MARKER = ".vllm-metax-mcp-export.json"
-OUTPUT_MARKERS = {TRIM_MANIFEST: "vllm-metax-mcp/trim-manifest/", EXPORT_MARKER: "vllm-metax-mcp/export/"}
+PORT_REPORT = "port_report.json"
+OUTPUT_MARKERS = {
+    TRIM_MANIFEST: "vllm-metax-mcp/trim-manifest/",
+    EXPORT_MARKER: "vllm-metax-mcp/export/",
+    PORT_REPORT: "vllm-metax-mcp/port-report/",
+}
 """Marker file -> the format prefix its first key must carry."""
 MARKER_HEAD_BYTES = 4096
 MARKER_MAX_BYTES = 256 * 1024 * 1024

@@ -1,0 +1,471 @@
+"""The structure-aware three-way merge of one forked file: base (the release the fork was taken from),
+local (the fork) and target (the counterpart at the target release).
+
+Per unit (top-level symbol, class member, import statement; see `units`), with the MetaX contract
+applied to base and target first (so a rename or swap alone is not a local change):
+
+- changed only upstream: the target's; changed only locally: the local one; equal: the target's;
+- added upstream: added in the target's order; added locally: kept after the local unit before it;
+- removed upstream: removed, unless the local side changed it or the output still uses what it
+  defines (then kept, and said); removed locally: stays removed (a conflict where upstream changed it);
+- in an extension (a local file that imports from its upstream counterpart module): what the local
+  file does not define stays upstream (`upstream_only`: it reaches the plugin by import), and a local
+  class extending an upstream class merges its overrides against that class's methods;
+- changed on both sides: a class merges its shell and its members one by one; an import statement
+  merges its names; anything else merges its lines (`lines3`), and a conflicting hunk is kept with
+  both versions: the local lines active, the target's commented above them, under a numbered marker.
+
+The module's order follows the target. Nothing is chosen silently: every unit gets a `Decision`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import libcst as cst
+
+from .contract import Applied, Contract, Defines, Skipped, apply_contract, bound_names, module_bindings, swap_import
+from .lines3 import Conflict, merge3
+from .units import Unit, class_body, class_shell, import_module, normalized, parse_statement, render, split_units
+
+Action = Literal[
+    "taken", "kept", "merged", "added_upstream", "added_local", "removed_upstream", "removed_local",
+    "kept_removed", "conflict", "upstream_only",
+]  # fmt: skip
+MARK = "port_model conflict"
+
+
+@dataclass(frozen=True)
+class Decision:
+    key: str
+    """The unit: `class:Foo`, a member `class:Foo/def:bar`, `from:vllm.x`."""
+    action: Action
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class ConflictRecord:
+    id: int
+    key: str
+    local: str
+    target: str
+    base: str
+    whole: bool
+    """The whole unit (its merged lines did not parse, or one side removed it) rather than a hunk."""
+
+
+@dataclass
+class FileMerge:
+    code: str
+    measured: dict[str, str] = field(default_factory=dict)
+    """What the output is measured against: base and target with the contract applied, and local."""
+    decisions: list[Decision] = field(default_factory=list)
+    conflicts: list[ConflictRecord] = field(default_factory=list)
+    applied: list[Applied] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+
+
+@dataclass
+class Slot:
+    """One statement of the output body (or a comment block where a conflict left no code)."""
+
+    key: str
+    node: cst.BaseStatement | None
+    defines: list[str] = field(default_factory=list)
+    tentative: bool = False
+    """Removed upstream and unchanged locally: kept only if the output uses what it defines."""
+    comments: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Extension:
+    """How the local file reuses its upstream counterpart module rather than copying it."""
+
+    reuses: bool = False
+    """It imports from the counterpart module (at the base or the target)."""
+    extends: dict[str, str] = field(default_factory=dict)
+    """Local class -> the counterpart's class it extends."""
+
+    @classmethod
+    def of(cls, local: cst.Module, counterparts: set[str]) -> Extension:
+        bindings = module_bindings(split_units(local.body), {})
+        imported = {bound: b.name for bound, b in bindings.items() if b.module in counterparts}
+        extends = {}
+        for node in local.body:
+            if isinstance(node, cst.ClassDef):
+                names = [a.value.value for a in node.bases if isinstance(a.value, cst.Name)]
+                found = [imported[n] for n in names if n in imported]
+                if found:
+                    extends[node.name.value] = found[0]
+        return cls(bool(imported), extends)
+
+
+@dataclass
+class _Merger:
+    contract: Contract
+    defines: Defines
+    result: FileMerge
+    extension: Extension = field(default_factory=Extension)
+    tentative: list[Slot] = field(default_factory=list)
+
+    # -- one body (module or class) -------------------------------------------------------------
+
+    def body(self, base: Sequence[cst.BaseStatement], local: Sequence[cst.BaseStatement],
+             target: Sequence[cst.BaseStatement], prefix: str) -> list[Slot]:  # fmt: skip
+        b = {u.key: u for u in split_units(base)}
+        l_units = split_units(local, self.contract.upstream_key)
+        lmap = {u.key: u for u in l_units}
+        t_units = split_units(target)
+        slots = [s for u in t_units for s in self.from_target(prefix + u.key, u, b.get(u.key), lmap.get(u.key))]
+        tmap = {u.key: u for u in t_units}
+        extra: dict[str, list[Slot]] = {}
+        previous: str | None = None
+        for unit in l_units:
+            if unit.key not in tmap:
+                upstream = f"class:{self.extension.extends.get(unit.name, '')}" if unit.kind == "class" else ""
+                if upstream in tmap and not prefix:
+                    found = self.override(prefix + unit.key, unit, b.get(upstream), tmap[upstream])
+                else:
+                    found = self.local_extra(prefix + unit.key, unit, b.get(unit.key))
+                extra.setdefault(previous or "", []).extend(found)
+            previous = prefix + unit.key
+        return _placed(slots, extra, [prefix + u.key for u in l_units])
+
+    def from_target(self, key: str, t: Unit, b: Unit | None, local: Unit | None) -> list[Slot]:
+        t_node = self.contracted(key, t)
+        b_node = apply_contract(b.node, self.contract)[0] if b else None
+        if local is None and self.extension.reuses:
+            return self.decide(key, "upstream_only", [], "the local file imports from the upstream module")
+        if local is None:
+            if b is None:
+                return self.decide(key, "added_upstream", [Slot(key, t_node, _names(t))])
+            if normalized(render(t_node)) == normalized(render(b_node or t_node)):
+                return self.decide(key, "removed_local", [], "the local file removed it; upstream did not change it")
+            conflict = self.conflict(key, "", render(t_node), render(b_node or t_node), whole=True)
+            why = "removed locally, changed upstream"
+            return self.decide(key, "conflict", [Slot(key, None, comments=conflict)], why)
+        l_norm, t_norm = normalized(render(local.node)), normalized(render(t_node))
+        b_norm = normalized(render(b_node)) if b_node else None
+        if l_norm in (b_norm, t_norm):
+            return self.decide(key, "taken", [Slot(key, t_node, _names(t))])
+        if t_norm == b_norm:
+            return self.decide(key, "kept", [Slot(key, local.node, _names(local))])
+        return self.both_changed(key, b_node, local, t_node, t)
+
+    def override(self, key: str, local: Unit, base: Unit | None, target: Unit) -> list[Slot]:
+        """A local class extending the counterpart's: its members merged against that class's members."""
+        assert isinstance(local.node, cst.ClassDef) and isinstance(target.node, cst.ClassDef)
+        base_class = base.node if base is not None and isinstance(base.node, cst.ClassDef) else None
+        target_class = apply_contract(target.node, self.contract)[0]
+        base_contracted = apply_contract(base_class, self.contract)[0] if base_class else None
+        assert isinstance(target_class, cst.ClassDef)
+        assert base_contracted is None or isinstance(base_contracted, cst.ClassDef)
+        node = self.klass(key, base_contracted, local.node, target_class, keep_shell=True)
+        return self.decide(key, "merged", [Slot(key, node, _names(local))], f"extends {target.name}")
+
+    def local_extra(self, key: str, local: Unit, b: Unit | None) -> list[Slot]:
+        if b is None:
+            return self.decide(key, "added_local", [Slot(key, local.node, _names(local))])
+        b_node = apply_contract(b.node, self.contract)[0]
+        if normalized(render(local.node)) != normalized(render(b_node)):
+            return self.decide(key, "kept_removed", [Slot(key, local.node, _names(local))],
+                               "removed upstream, changed locally")  # fmt: skip
+        slots = [Slot(key, node, names, tentative=True) for node, names in _split_import(local)]
+        self.tentative += slots
+        return slots
+
+    def both_changed(self, key: str, b_node: cst.BaseStatement | None, local: Unit, t_node: cst.BaseStatement,
+                     t: Unit) -> list[Slot]:  # fmt: skip
+        names = _names(local)
+        if isinstance(local.node, cst.ClassDef) and isinstance(t_node, cst.ClassDef):
+            base_class = b_node if isinstance(b_node, cst.ClassDef) else None
+            return self.decide(key, "merged", [Slot(key, self.klass(key, base_class, local.node, t_node), names)])
+        if local.kind == "import" and t.kind == "import" and b_node is not None and _one_module_moved(b_node, local, t):
+            merged = _merge_import_names(b_node, local.node, t_node)
+            if merged is not None:
+                return self.decide(key, "merged", [Slot(key, merged, _names(t) + names)])
+        return self.lines(key, b_node, local, t_node)
+
+    def klass(
+        self, key: str, base: cst.ClassDef | None, local: cst.ClassDef, target: cst.ClassDef, keep_shell: bool = False
+    ) -> cst.ClassDef:
+        shells = [class_shell(n) if n else "" for n in (base, local, target)]
+        shell: cst.ClassDef = local if keep_shell else target
+        if not keep_shell and shells[1] not in (shells[0], shells[2]):
+            shell = local
+            if shells[2] != shells[0]:
+                merged = self.text(key + "/shell", shells[0], shells[1], shells[2])
+                parsed = parse_statement(merged)
+                shell = parsed if isinstance(parsed, cst.ClassDef) else local
+        members = self.body(class_body(base) if base else [], class_body(local), class_body(target), key + "/")
+        statements, trailing = _statements(members)
+        block = shell.body if isinstance(shell.body, cst.IndentedBlock) else cst.IndentedBlock(body=[])
+        body = block.with_changes(body=statements or [cst.SimpleStatementLine([cst.Pass()])],
+                                  footer=[*block.footer, *trailing])  # fmt: skip
+        return shell.with_changes(body=body)
+
+    def lines(self, key: str, b_node: cst.BaseStatement | None, local: Unit, t_node: cst.BaseStatement) -> list[Slot]:
+        base_code = render(b_node) if b_node else ""
+        merged = self.text(key, base_code, render(local.node), render(t_node))
+        node = parse_statement(merged)
+        if node is None:
+            comments = self.conflict(key, render(local.node), render(t_node), base_code, whole=True)
+            node = local.node.with_changes(leading_lines=[*_comment_lines(comments), *_leading(local.node)])
+            why = "both changed; the merged lines do not parse"
+            return self.decide(key, "conflict", [Slot(key, node, _names(local))], why)
+        conflicted = MARK in merged and any(c.key == key for c in self.result.conflicts)
+        return self.decide(key, "conflict" if conflicted else "merged", [Slot(key, node, _names(local))])
+
+    def text(self, key: str, base: str, local: str, target: str) -> str:
+        """The merged lines, conflicting hunks kept with both sides (local active, target commented)."""
+        merged = merge3(base.splitlines(True), local.splitlines(True), target.splitlines(True))
+        out: list[str] = []
+        for chunk in merged.chunks:
+            if isinstance(chunk, Conflict):
+                out += self.hunk(key, chunk)
+            else:
+                out += chunk
+        return "".join(out)
+
+    def hunk(self, key: str, chunk: Conflict) -> list[str]:
+        first = next((x for x in [*chunk.local, *chunk.target] if x.strip()), "")
+        indent = first[: len(first) - len(first.lstrip())]
+        comments = self.conflict(key, "".join(chunk.local), "".join(chunk.target), "".join(chunk.base), whole=False)
+        return [f"{indent}{c}\n" for c in comments[:-1]] + chunk.local + [f"{indent}{comments[-1]}\n"]
+
+    # -- records ------------------------------------------------------------------------------
+
+    def contracted(self, key: str, unit: Unit) -> cst.BaseStatement:
+        node, rules = apply_contract(unit.node, self.contract)
+        if unit.kind == "import":
+            node, swapped, skipped = swap_import(node, self.contract, self.defines)
+            rules += swapped
+            self.result.skipped += [Skipped(rule, key, why) for rule, why in skipped]
+        self.result.applied += [Applied(rule, key) for rule in rules]
+        return node
+
+    def conflict(self, key: str, local: str, target: str, base: str, whole: bool) -> list[str]:
+        number = len(self.result.conflicts) + 1
+        self.result.conflicts.append(ConflictRecord(number, key, local, target, base, whole))
+        shown = [f"# | {line.rstrip()}" for line in target.splitlines()] or ["# | (the target has no lines here)"]
+        head = f"# <<<<<<< {MARK} {number} ({key}): target's lines commented, local's follow"
+        return [head, *shown, f"# >>>>>>> {MARK} {number}"]
+
+    def decide(self, key: str, action: Action, slots: list[Slot], why: str = "") -> list[Slot]:
+        self.result.decisions.append(Decision(key, action, why))
+        return slots
+
+
+def _names(unit: Unit) -> list[str]:
+    if unit.kind == "import":
+        return bound_names(unit.node)
+    return [n for n in unit.name.split(",") if n] if unit.kind != "doc" else []
+
+
+def _one_module_moved(base: cst.BaseStatement, local: Unit, target: Unit) -> bool:
+    """At most one side reads the names from another module (both moving them is a conflict)."""
+    b, lo, t = _from_import(base), _from_import(local.node), _from_import(target.node)
+    if b is None or lo is None or t is None:
+        return False
+    return import_module(lo) == import_module(b) or import_module(t) in (import_module(b), import_module(lo))
+
+
+def _from_import(node: cst.BaseStatement | None) -> cst.ImportFrom | None:
+    if isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1:
+        small = node.body[0]
+        if isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
+            return small
+    return None
+
+
+def _aliases(small: cst.ImportFrom) -> dict[str, cst.ImportAlias]:
+    """`name` or `name as alias` -> the alias node, in order."""
+    assert not isinstance(small.names, cst.ImportStar)
+    return {render(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip(): a for a in small.names}
+
+
+def _split_import(unit: Unit) -> Iterator[tuple[cst.BaseStatement, list[str]]]:
+    """A removed-upstream import as one statement per name (each kept only if used); other units whole."""
+    small = _from_import(unit.node)
+    if small is None or unit.kind != "import" or len(_aliases(small)) < 2:
+        yield unit.node, _names(unit)
+        return
+    module = import_module(small)
+    for spelled in _aliases(small):
+        node = parse_statement(f"from {module} import {spelled}\n")
+        if node is not None:
+            yield node, bound_names(node)
+
+
+def _merge_import_names(
+    base: cst.BaseStatement, local: cst.BaseStatement, target: cst.BaseStatement
+) -> cst.BaseStatement | None:
+    """Both sides changed one `from m import ...`: the target's names, plus the local additions, less the
+    local removals; the module is the local one where the local file moved it."""
+    b, lo, t = _from_import(base), _from_import(local), _from_import(target)
+    if b is None or lo is None or t is None:
+        return None
+    in_base, in_local = _aliases(b), _aliases(lo)
+    names = [n for n in _aliases(t) if n in in_local or n not in in_base]
+    names += [n for n in in_local if n not in in_base and n not in names]
+    if not names:
+        return None
+    module = import_module(lo) if import_module(lo) != import_module(b) else import_module(t)
+    line = f"from {module} import {', '.join(names)}\n"
+    if len(line) > 100:
+        line = f"from {module} import (\n" + "".join(f"    {n},\n" for n in names) + ")\n"
+    parsed = parse_statement(line)
+    return parsed.with_changes(leading_lines=_leading(target)) if parsed else None
+
+
+def _leading(node: cst.BaseStatement) -> Sequence[cst.EmptyLine]:
+    lines: Sequence[cst.EmptyLine] = getattr(node, "leading_lines", ())
+    return lines
+
+
+def _comment_lines(comments: list[str]) -> list[cst.EmptyLine]:
+    return [cst.EmptyLine(indent=True, comment=cst.Comment(c)) for c in comments]
+
+
+def _statements(slots: list[Slot]) -> tuple[list[cst.BaseStatement], list[cst.EmptyLine]]:
+    """The slots' statements, comment-only slots (a conflict that left no code) as leading lines of the
+    next statement; what follows the last one is returned for the footer."""
+    body: list[cst.BaseStatement] = []
+    waiting: list[str] = []
+    for slot in slots:
+        if slot.node is None:
+            waiting += slot.comments
+            continue
+        node = slot.node
+        if waiting:
+            node = node.with_changes(leading_lines=[*_comment_lines(waiting), *_leading(node)])
+            waiting = []
+        body.append(node)
+    return body, _comment_lines(waiting)
+
+
+def _placed(slots: list[Slot], extra: dict[str, list[Slot]], local_order: list[str]) -> list[Slot]:
+    """The target's slots in order, each local extra after the local unit before it (or first, after a
+    docstring, where none is in the output)."""
+    out = list(slots)
+    present = {s.key for s in out}
+    for anchor in ["", *local_order]:
+        for slot in extra.get(anchor, []):
+            index = _after(out, anchor, local_order, present)
+            out.insert(index, slot)
+            present.add(slot.key)
+    return out
+
+
+def _after(out: list[Slot], anchor: str, local_order: list[str], present: set[str]) -> int:
+    """The index after the last output slot of `anchor` or of the nearest local unit before it."""
+    candidates = local_order[: local_order.index(anchor) + 1] if anchor in local_order else []
+    for key in reversed(candidates):
+        if key in present:
+            return max(i for i, s in enumerate(out) if s.key == key) + 1
+    return 1 if out and out[0].key.endswith("doc") else 0
+
+
+# -- the whole file -----------------------------------------------------------------------------
+
+
+def _header_text(lines: Sequence[cst.EmptyLine]) -> str:
+    return cst.Module(body=[], header=lines).code
+
+
+def _merged_lines(merger: _Merger, key: str, sides: tuple[Sequence[cst.EmptyLine], ...]) -> Sequence[cst.EmptyLine]:
+    """The module's header or footer comments, merged as lines."""
+    base, local, target = (_header_text(lines) for lines in sides)
+    if local in (base, target):
+        return sides[2]
+    if target == base:
+        return sides[1]
+    merged = merger.text(key, base, local, target)
+    try:
+        return cst.parse_module(merged).header
+    except cst.ParserSyntaxError:
+        return sides[1]
+
+
+class _Prune(cst.CSTTransformer):
+    def __init__(self, drop: set[int]) -> None:
+        super().__init__()
+        self.drop = drop
+
+    def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode | cst.RemovalSentinel:  # type: ignore[override]
+        return cst.RemoveFromParent() if id(original) in self.drop else updated
+
+
+class _Uses(cst.CSTVisitor):
+    """Names the code refers to (attribute tails included), not counting imports and definition names."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refs: set[str] = set()
+        self.skip: set[int] = set()
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.skip.add(id(node.name))
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.skip.add(id(node.name))
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is not None:
+            self.skip.add(id(node.keyword))
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if id(node) not in self.skip:
+            self.refs.add(node.value)
+
+
+def _keep_used(merger: _Merger, module: cst.Module) -> cst.Module:
+    """Drop the tentative slots the output does not use; a kept one is decided `kept_removed`."""
+    pending = {id(s.node): s for s in merger.tentative if s.node is not None}
+    kept: set[int] = set()
+    while True:
+        pruned = module.visit(_Prune(set(pending) - kept))
+        uses = _Uses()
+        pruned.visit(uses)
+        defined = {n for u in split_units(pruned.body) for n in _names(u)}
+        new = {i for i, s in pending.items() if i not in kept and any(n in uses.refs and n not in defined
+                                                                        for n in s.defines)}  # fmt: skip
+        if not new:
+            break
+        kept |= new
+    for node_id, slot in pending.items():
+        if node_id in kept:
+            why = "removed upstream; the output still uses " + ", ".join(slot.defines)
+            merger.decide(slot.key, "kept_removed", [], why)
+        else:
+            merger.decide(slot.key, "removed_upstream", [])
+    return pruned
+
+
+def merge_file(modules: Sequence[cst.Module], contract: Contract, defines: Defines, extension: Extension) -> FileMerge:
+    """The merged module (libcst round-trip exact outside what changed) with every decision on the way;
+    `modules`: base, local, target (upstream relative imports made absolute)."""
+    merger = _Merger(contract, defines, FileMerge(code=""), extension)
+    slots = merger.body(modules[0].body, modules[1].body, modules[2].body, "")
+    body, trailing = _statements(slots)
+    header = _merged_lines(merger, "header", tuple(m.header for m in modules))
+    footer = _merged_lines(merger, "footer", tuple(m.footer for m in modules))
+    module = modules[2].with_changes(header=header, body=body, footer=[*trailing, *footer])
+    merger.result.code = _keep_used(merger, module).code
+    sides = _contracted_sides(modules[0], modules[2], contract, defines)
+    merger.result.measured = {"local": modules[1].code, **sides}
+    return merger.result
+
+
+def _contracted_sides(base: cst.Module, target: cst.Module, contract: Contract, defines: Defines) -> dict[str, str]:
+    base_body = [apply_contract(node, contract)[0] for node in base.body]
+    target_body = [swap_import(apply_contract(node, contract)[0], contract, defines)[0] for node in target.body]
+    return {"base": base.with_changes(body=base_body).code, "target": target.with_changes(body=target_body).code}

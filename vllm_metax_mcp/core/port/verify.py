@@ -1,0 +1,197 @@
+"""The checks a ported file passes before it is called done, each independent of the merge's own
+bookkeeping: it parses; its imports resolve against the target upstream tree, the plugin and the other
+ported files; against the target (contract applied) it differs only in units the merge accounts for;
+and no change is lost — every line the local side added or changed (against the contracted base) and
+every line upstream added or changed is in the output or in a conflict record.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from .merge import FileMerge
+from .units import Unit, class_body, normalized, render, split_units
+
+MAX_LISTED = 20
+ACCOUNTING = {"kept", "merged", "conflict", "added_local", "kept_removed", "removed_local", "upstream_only"}
+"""Decisions under which the output may differ from the target."""
+Resolve = Callable[[str, str], str | None]
+"""(module, name) -> why `from module import name` does not resolve; None where it does or is not checked."""
+
+
+@dataclass
+class Verification:
+    parses: bool
+    error: str | None = None
+    imports_checked: int = 0
+    external: int = 0
+    """Imports of modules outside upstream vLLM and the plugin (not checked)."""
+    unresolved: list[str] = field(default_factory=list)
+    unaccounted: list[str] = field(default_factory=list)
+    lost_local: list[str] = field(default_factory=list)
+    lost_upstream: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.parses and not (self.unresolved or self.unaccounted or self.lost_local or self.lost_upstream)
+
+
+def _absolute(module: str, level: int, own: str, is_package: bool) -> str:
+    if not level:
+        return module
+    package = own.split(".") if is_package else own.split(".")[:-1]
+    base = package[: len(package) - (level - 1)]
+    return ".".join([*base, module] if module else base)
+
+
+def check_imports(
+    tree: ast.Module, own: str, is_package: bool, checked: Iterable[str], resolve: Resolve, result: Verification
+) -> None:
+    """Every import of a module under `checked` packages resolves (module and name)."""
+    roots = set(checked)
+    for node in ast.walk(tree):
+        wanted: list[tuple[str, str]] = []
+        if isinstance(node, ast.ImportFrom):
+            module = _absolute(node.module or "", node.level, own, is_package)
+            wanted = [(module, alias.name) for alias in node.names if alias.name != "*"]
+        elif isinstance(node, ast.Import):
+            wanted = [(alias.name, "") for alias in node.names]
+        for module, name in wanted:
+            if module.split(".")[0] not in roots:
+                result.external += 1
+                continue
+            result.imports_checked += 1
+            why = resolve(module, name)
+            if why and len(result.unresolved) < MAX_LISTED:
+                result.unresolved.append(f"line {getattr(node, 'lineno', 0)}: {why}")
+
+
+def _code(node: cst.BaseStatement) -> str:
+    """A statement without the comment lines above it (where conflict markers of a neighbour land)."""
+    return normalized(render(node.with_changes(leading_lines=()) if hasattr(node, "leading_lines") else node))
+
+
+def _members(units: list[Unit]) -> dict[str, str]:
+    """Unit key (and `class:X/member` keys) -> normalized code; a class by its members."""
+    found: dict[str, str] = {}
+    for unit in units:
+        if isinstance(unit.node, cst.ClassDef):
+            for member in split_units(class_body(unit.node)):
+                found[f"{unit.key}/{member.key}"] = _code(member.node)
+        else:
+            found[unit.key] = _code(unit.node)
+    return found
+
+
+def check_accounted(
+    output: cst.Module, target: cst.Module, key_of: Callable[[Unit], str], merge: FileMerge, result: Verification
+) -> None:
+    """Units where the output differs from the contracted target must carry an accounting decision."""
+    accounted = {d.key for d in merge.decisions if d.action in ACCOUNTING}
+    # the contracted target spells renamed classes the local way: both sides are keyed the base's way
+    ours, theirs = _members(split_units(output.body, key_of)), _members(split_units(target.body, key_of))
+    for key in sorted(set(ours) | set(theirs)):
+        if ours.get(key) == theirs.get(key):
+            continue
+        owner = key.split("/", 1)[0]
+        if key not in accounted and owner not in accounted and len(result.unaccounted) < MAX_LISTED:
+            result.unaccounted.append(key)
+
+
+def _outside_imports(code: str) -> list[str]:
+    """The stripped lines of `code`, import statements blanked (their names are checked as bindings)."""
+    lines = [line.strip() for line in code.splitlines()]
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for number in range(node.lineno, (node.end_lineno or node.lineno) + 1):
+                lines[number - 1] = ""
+    return lines
+
+
+def _bindings(code: str) -> dict[str, str]:
+    """Bound name -> `from module import name` over every import statement of `code`."""
+    found: dict[str, str] = {}
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.ImportFrom):
+            module = "." * node.level + (node.module or "")
+            found.update({a.asname or a.name: f"from {module} import {a.name}" for a in node.names})
+        elif isinstance(node, ast.Import):
+            found.update({a.asname or a.name.split(".")[0]: f"import {a.name}" for a in node.names})
+    return found
+
+
+def _changed(before: str, after: str) -> list[str]:
+    """Lines of `after` not matched in `before`, and its bindings that are new or read another module."""
+    a, b = _outside_imports(before), _outside_imports(after)
+    found: list[str] = []
+    for tag, _, _, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag in ("insert", "replace"):
+            found += [line for line in b[j1:j2] if line]
+    was = _bindings(before)
+    return found + [
+        f"{spelled} (as {bound})" for bound, spelled in _bindings(after).items() if was.get(bound) != spelled
+    ]
+
+
+def check_nothing_lost(contracted: Mapping[str, str], merge: FileMerge, result: Verification) -> None:
+    """Local and upstream changes are in the output, or in a conflict record (both sides kept there)."""
+    present = Counter(_outside_imports(merge.code))
+    present.update(f"{spelled} (as {bound})" for bound, spelled in _bindings(merge.code).items())
+    for conflict in merge.conflicts:
+        recorded = conflict.local + conflict.target
+        present.update([line.strip() for line in recorded.splitlines()] + _binding_lines(recorded))
+    base = contracted["base"]
+    left = _left_upstream(contracted["target"], merge)
+    for side, lost in (("local", result.lost_local), ("target", result.lost_upstream)):
+        changes = dict.fromkeys(_changed(base, contracted[side]))
+        missing = [line for line in changes if not present[line] and (side == "local" or line not in left)]
+        lost += missing[:MAX_LISTED]
+
+
+def _left_upstream(target: str, merge: FileMerge) -> set[str]:
+    """The lines of units an extension leaves upstream: their changes reach the plugin by import."""
+    keys = {d.key for d in merge.decisions if d.action == "upstream_only"}
+    if not keys:
+        return set()
+    units = split_units(cst.parse_module(target).body)
+    codes = [u.code for u in units if u.key in keys]
+    for unit in units:
+        if isinstance(unit.node, cst.ClassDef):
+            codes += [m.code for m in split_units(class_body(unit.node)) if f"{unit.key}/{m.key}" in keys]
+    found = {line.strip() for code in codes for line in code.splitlines()}
+    return found | {spelled for code in codes for spelled in _binding_lines(code)}
+
+
+def _binding_lines(code: str) -> list[str]:
+    try:
+        return [f"{spelled} (as {bound})" for bound, spelled in _bindings(code).items()]
+    except SyntaxError:
+        return []
+
+
+def verify_file(
+    merge: FileMerge,
+    own: str,
+    is_package: bool,
+    resolve: Resolve,
+    checked: Iterable[str],
+    key_of: Callable[[Unit], str],
+) -> Verification:
+    """All checks of one output, against what it is measured by (`FileMerge.measured`)."""
+    contracted = merge.measured
+    try:
+        tree = ast.parse(merge.code)
+        output = cst.parse_module(merge.code)
+    except (SyntaxError, cst.ParserSyntaxError) as error:
+        return Verification(parses=False, error=str(error).splitlines()[0])
+    result = Verification(parses=True)
+    check_imports(tree, own, is_package, checked, resolve, result)
+    check_accounted(output, cst.parse_module(contracted["target"]), key_of, merge, result)
+    check_nothing_lost(contracted, merge, result)
+    return result
