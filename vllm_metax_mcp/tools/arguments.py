@@ -34,9 +34,9 @@ from .spec import ToolEnv, ToolOutput
 
 class SubjectArgs(BaseModel):
     plugin_repo: str = Field(default=".", description="vLLM-MetaX repo.")
-    subject: SubjectKind = Field(default=SubjectKind.WORKTREE, description="Plugin code read (see instructions).")
-    revision: str | None = Field(default=None, description="For subject=revision.")
-    directory: str | None = Field(default=None, description="For subject=directory.")
+    subject: SubjectKind = SubjectKind.WORKTREE
+    revision: str | None = None
+    directory: str | None = None
 
     @model_validator(mode="after")
     def _subject_fields_used(self) -> Self:
@@ -70,8 +70,8 @@ def open_plugin_subject(
 
 
 class UpstreamArgs(SubjectArgs):
-    upstream: str | None = Field(default=None, description="Upstream vLLM repo or dir (default: recorded).")
-    target: str | None = Field(default=None, description="Upstream revision (default: recorded).")
+    upstream: str | None = Field(default=None, description="vLLM repo or dir (default: recorded).")
+    target: str | None = Field(default=None, description="Its revision (default: recorded).")
 
 
 def open_upstream(

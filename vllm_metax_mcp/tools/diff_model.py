@@ -57,7 +57,7 @@ class DiffModelInput(UpstreamArgs):
     detail: Detail = Field(
         default="summary",
         description="summary: pairs; symbols: + symbol diffs; releases: per release; matrix: classified "
-        "differences; diff: `file`'s unified diff.",
+        "rows; diff: `file`'s unified diff.",
     )
     file: str | None = Field(default=None, description="A pair's plugin or upstream path (diff, matrix).")
     cursor: str | None = None

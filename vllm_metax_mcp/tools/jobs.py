@@ -26,7 +26,7 @@ MAX_LIMIT = 500
 
 class JobsInput(BaseModel):
     action: Literal["list", "status", "result"] = Field(
-        default="list", description="list all, or status/result of job_id."
+        default="list", description="list; or status/result of job_id."
     )
     job_id: str | None = None
     cursor: str | None = None

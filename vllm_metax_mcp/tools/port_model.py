@@ -22,13 +22,13 @@ ATTENTION_FIRST: dict[FileStatus, int] = {"unverified": 0, "parse_error": 1, "co
 
 
 class PortModelInput(UpstreamArgs):
-    output: str = Field(description="New dir under an output root.")
+    output: str = Field(description="New dir in an output root.")
     releases: list[str] = Field(
-        min_length=1, max_length=MAX_RELEASES, description="Upstream tags or dirs the fork may come from, oldest first."
+        min_length=1, max_length=MAX_RELEASES, description="Base candidates (tags, dirs), oldest first."
     )
     paths: list[str] = Field(default_factory=lambda: ["vllm_metax/models/"], max_length=256)
     mapping_overrides: dict[str, str | None] = Field(default_factory=dict, max_length=256)
-    bases: dict[str, str] = Field(default_factory=dict, max_length=256, description="Plugin path -> base release.")
+    bases: dict[str, str] = Field(default_factory=dict, max_length=256, description="Plugin path -> base.")
     overwrite: bool = False
 
 
@@ -39,15 +39,15 @@ class PortedFile(BaseModel):
     base: str | None = None
     conflicts: int = 0
     contract_applied: int = 0
-    problems: list[str] = Field(default_factory=list, description="Failed checks (first few).")
+    problems: list[str] = Field(default_factory=list)
 
 
 class PortModelOutput(ToolOutput):
-    output: str = Field(default="", description="The written directory, as given.")
-    report: str = Field(default="", description=f"{PORT_REPORT} in it: every decision; {MARKDOWN}, {PATCH} beside.")
+    output: str = ""
+    report: str = Field(default="", description=f"Every decision; {MARKDOWN}, {PATCH} beside.")
     summary: dict[str, int | dict[str, int]] = Field(default_factory=dict)
-    files: list[PortedFile] = Field(default_factory=list, description="Files needing attention first; all in report.")
-    more: int = Field(default=0, description="Files not listed here (see the report).")
+    files: list[PortedFile] = Field(default_factory=list, description="Needing attention first.")
+    more: int = Field(default=0, description="Files only in the report.")
 
 
 def _problems(file: FilePort) -> list[str]:
@@ -82,9 +82,8 @@ def _listed(files: list[FilePort], output: PortModelOutput) -> PortModelOutput:
 
 
 def port_model(args: PortModelInput, env: ToolEnv) -> PortModelOutput:
-    """Carry forked files onto the target: per symbol, three-way (closest release as base), MetaX
-    imports/renames/substitutions re-applied; conflicts kept both ways, marked; every file verified
-    (parses, imports resolve, nothing lost). Writes a new dir + port_report.json; never the repo."""
+    """Merge forks onto the target per symbol (base: closest release), MetaX deltas re-applied,
+    conflicts kept both ways, all verified; writes a new dir + port_report.json."""
     repo = open_plugin_repo(args, env)
     plugin = open_plugin_subject(args, env, repo)
     upstream, mapping = open_upstream(args, env, repo)

@@ -46,7 +46,7 @@ REAL_TRIM_JOB = "vllm_metax_mcp.core.trim.real:run_job"
 
 
 class TrimModelInput(PlanTrimInput):
-    output: str = Field(description="New dir under an output root.")
+    output: str = Field(description="New dir in an output root.")
     output_mode: Literal["dummy", "real"] = Field(default="dummy", description="real copies weights (a job).")
     overwrite: bool = Field(default=False, description="Replace an earlier output.")
     max_shard_bytes: int | None = Field(default=None, ge=1, description="real; default 5e9.")
