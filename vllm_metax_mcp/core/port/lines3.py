@@ -68,8 +68,20 @@ def _chunk(merged: Merged, base: list[str], local: list[str], target: list[str])
     elif target == base or local == target or _same_stripped(local, target):
         merged.add(local)
     else:
-        around = _around(base, local, target)
-        merged.chunks.append(Conflict(local, target, base) if around is None else around)
+        settled = _around(base, local, target) or _aligned(base, local, target)
+        merged.chunks.append(Conflict(local, target, base) if settled is None else settled)
+
+
+def _aligned(base: list[str], local: list[str], target: list[str]) -> list[str] | None:
+    """Both sides rewrote the same lines one for one: line by line, unless one line changed on both."""
+    if not (len(base) == len(local) == len(target)):
+        return None
+    out: list[str] = []
+    for b, lo, t in zip(base, local, target, strict=True):
+        if lo != b and t != b and lo != t:
+            return None
+        out.append(t if lo == b else lo)
+    return out
 
 
 def _around(base: list[str], local: list[str], target: list[str]) -> list[str] | None:
