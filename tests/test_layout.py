@@ -24,7 +24,7 @@ ALLOWED = {
     "compare": {"foundation", "sources", "code"},
     "trace": {"foundation", "sources", "code", "target"},
     "audit": {"foundation", "sources", "code", "compare"},
-    "port": {"foundation", "sources", "code", "compare"},
+    "port": {"foundation", "sources", "code", "compare", "audit"},
     "checkpoint": {"foundation", "sources", "target"},
     "trim": {"foundation", "sources", "checkpoint", "target"},
     "smoke": {"foundation", "sources", "trim", "target"},

@@ -18,6 +18,7 @@ from vllm_metax_mcp.core.port.contract import Rule, absolute_imports, derive_con
 from vllm_metax_mcp.core.port.lines3 import Conflict, merge3
 from vllm_metax_mcp.core.port.merge import MARK, Extension, FileMerge, merge_file
 from vllm_metax_mcp.core.port.units import split_units
+from vllm_metax_mcp.core.port.verify import Verification, check_order
 
 Defines = Callable[[str, str], bool | None]
 
@@ -113,13 +114,21 @@ def test_upstream_removals_apply_unless_the_fork_changed_or_still_uses_the_symbo
     assert "return x + 5" in port(BASE, changed, target).code
 
 
-def test_a_local_removal_stays_and_a_local_removal_upstream_changed_is_a_conflict() -> None:
+def test_a_local_removal_stays_and_is_a_conflict_only_where_the_output_still_uses_what_upstream_changed() -> None:
     local = BASE.replace("def helper(x):\n    return x + 1\n\n\n", "").replace("helper(x)", "x + 1")
     assert "def helper" not in port(BASE, local, BASE).code
     target = BASE.replace("return x + 1", "return x + 7")
     merged = port(BASE, local, target)
+    assert not merged.conflicts and "def helper" not in merged.code
+    (decision,) = [d for d in merged.decisions if d.key == "def:helper"]
+    assert (decision.action, decision.why) == (
+        "removed_local",
+        "the local file removed it; upstream changed it; the output does not use it",
+    )
+    target += "\n\ndef added_upstream():\n    return helper(1)\n"
+    merged = port(BASE, local, target)
     (conflict,) = merged.conflicts
-    assert conflict.whole and "return x + 7" in conflict.target
+    assert conflict.whole and conflict.key == "def:helper" and "return x + 7" in conflict.target
     assert "# |     return x + 7" in merged.code and "\ndef helper" not in merged.code
 
 
@@ -229,3 +238,35 @@ def test_an_extension_keeps_its_overrides_merged_and_leaves_the_rest_upstream() 
     assert "h = h + 1" in merged.code and "return h  # npu" in merged.code
     assert actions(merged)["class:SharedHead"] == "upstream_only"
     assert actions(merged)["class:AscendDeepSeekMTP/def:load_weights"] == "upstream_only"
+
+
+def test_an_override_that_calls_super_keeps_its_body_and_says_why() -> None:
+    local = (
+        "from vllm.model_executor.models.deepseek_mtp import DeepSeekMTP\n\n\n"
+        "class AscendDeepSeekMTP(DeepSeekMTP):\n    def load_weights(self, w):\n"
+        "        return super().load_weights(rename(w))\n"
+    )
+    target = EXT_BASE.replace("        return w\n", "        w = w + 1\n        return w\n")
+    merged = port(EXT_BASE, local, target, counterparts={"vllm.model_executor.models.deepseek_mtp"})
+    assert not merged.conflicts and "return super().load_weights(rename(w))" in merged.code
+    (decision,) = [d for d in merged.decisions if d.key == "class:AscendDeepSeekMTP/def:load_weights"]
+    assert decision.action == "kept" and "super().load_weights" in decision.why
+
+
+def test_a_local_addition_follows_everything_the_local_file_had_before_it() -> None:
+    # local: a, b, then its own class using b; target reorders to b, a: the class still follows both
+    base = "from m import a\nfrom n import b\n"
+    local = base + "\n\nclass Local(b):\n    pass\n"
+    target = "from n import b\nfrom m import a\n"
+    merged = port(base, local, target)
+    assert merged.code.index("class Local") > merged.code.index("from m import a")
+    assert merged.code.index("class Local") > merged.code.index("from n import b")
+
+
+def test_verification_finds_a_name_read_on_load_above_its_binding() -> None:
+    result = Verification(parses=True)
+    check_order(ast.parse("class A(B):\n    pass\n\n\nfrom m import B\n"), result)
+    assert result.used_before_bound == ["line 1: B (bound at line 5)"] and not result.passed
+    fine = Verification(parses=True)
+    check_order(ast.parse("from m import B\n\n\nclass A(B):\n    def f(self):\n        return C\n\n\nC = 1\n"), fine)
+    assert fine.used_before_bound == []

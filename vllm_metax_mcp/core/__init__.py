@@ -12,13 +12,13 @@ Packages:
   releases and the difference matrix; dependency walks, their checks, kernels, defects, revisions,
   config and weight-loading paths.
 - `audit` (on `compare` and `code`): commits, ranges, dependents, the audit session and its ledger.
-- `port` (on `compare` and `code`): the structural three-way merge of forks onto the target, verified.
+- `port` (on `compare`, `audit` and `code`): the structural three-way merge of forks onto the target, verified.
 - `checkpoint`: config layout, cross-checks, safetensors headers, consumers, construction, id lists;
   `trim` builds on it (plan, selection, budget, config rewrite, assets, real trims, weight maps, cases).
 - `smoke`: processes, client, answer checks, the run, launch rules, devices; it reads `trim.cases`.
 - `target`: the scripts run inside the target interpreter (stdlib only, Python >= 3.8); depends on nothing.
 
-Order: foundation <- sources <- code <- {compare, trace}; compare <- {audit, port}; sources <- checkpoint <- trim;
+Order: foundation <- sources <- code <- {compare, trace}; compare <- audit <- port; sources <- checkpoint <- trim;
 smoke reads trim.cases; every package may run a `target` script, and target depends on nothing. No
 circles: tests/test_layout.py checks every import against this order.
 """

@@ -25,9 +25,7 @@ MAX_LIMIT = 500
 
 
 class JobsInput(BaseModel):
-    action: Literal["list", "status", "result"] = Field(
-        default="list", description="list; or status/result of job_id."
-    )
+    action: Literal["list", "status", "result"] = Field(default="list", description="list; or status/result of job_id.")
     job_id: str | None = None
     cursor: str | None = None
     limit: int | None = Field(default=None, ge=1, le=MAX_LIMIT)

@@ -56,7 +56,8 @@ def _problems(file: FilePort) -> list[str]:
         return [file.note] if file.note and file.status in ATTENTION_FIRST else []
     if not check.parses:
         return [f"does not parse: {check.error}"]
-    named = [*check.unresolved, *(f"unaccounted {k}" for k in check.unaccounted)]
+    named = [*check.unresolved, *(f"used before bound: {x}" for x in check.used_before_bound)]
+    named += [f"unaccounted {k}" for k in check.unaccounted]
     named += [f"lost local: {line}" for line in check.lost_local] + [f"lost upstream: {x}" for x in check.lost_upstream]
     return named[:3]
 

@@ -13,7 +13,7 @@ directory entries — and a tree without a recorded marker is refused before any
 roots, the state directory, files tracked by an enclosing repository) and calls `check_replaceable`;
 `staged_directory(replace=True, policy=...)` applies it when it starts and right before the swap,
 since a job may run for hours between the call and the rename, and records the new output once the
-swap succeeded. """
+swap succeeded."""
 
 from __future__ import annotations
 

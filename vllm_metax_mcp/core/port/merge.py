@@ -20,15 +20,16 @@ The module's order follows the target. Nothing is chosen silently: every unit ge
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 import libcst as cst
 
 from .contract import Applied, Contract, Defines, Skipped, apply_contract, bound_names, module_bindings, swap_import
+from .imports import merge_import_names, one_module_moved, split_import
 from .lines3 import Conflict, merge3
-from .units import Unit, class_body, class_shell, import_module, normalized, parse_statement, render, split_units
+from .units import Unit, class_body, class_shell, normalized, parse_statement, render, split_units
 
 Action = Literal[
     "taken", "kept", "merged", "added_upstream", "added_local", "removed_upstream", "removed_local",
@@ -108,7 +109,10 @@ class _Merger:
     defines: Defines
     result: FileMerge
     extension: Extension = field(default_factory=Extension)
+    force: frozenset[str] = frozenset()
+    """Units removed locally and changed upstream whose names the output uses: conflicts."""
     tentative: list[Slot] = field(default_factory=list)
+    deleted_changed: list[tuple[str, list[str]]] = field(default_factory=list)
 
     # -- one body (module or class) -------------------------------------------------------------
 
@@ -143,6 +147,10 @@ class _Merger:
                 return self.decide(key, "added_upstream", [Slot(key, t_node, _names(t))])
             if normalized(render(t_node)) == normalized(render(b_node or t_node)):
                 return self.decide(key, "removed_local", [], "the local file removed it; upstream did not change it")
+            if key not in self.force:
+                self.deleted_changed.append((key, _names(t)))
+                why = "the local file removed it; upstream changed it; the output does not use it"
+                return self.decide(key, "removed_local", [], why)
             conflict = self.conflict(key, "", render(t_node), render(b_node or t_node), whole=True)
             why = "removed locally, changed upstream"
             return self.decide(key, "conflict", [Slot(key, None, comments=conflict)], why)
@@ -172,18 +180,21 @@ class _Merger:
         if normalized(render(local.node)) != normalized(render(b_node)):
             return self.decide(key, "kept_removed", [Slot(key, local.node, _names(local))],
                                "removed upstream, changed locally")  # fmt: skip
-        slots = [Slot(key, node, names, tentative=True) for node, names in _split_import(local)]
+        slots = [Slot(key, node, names, tentative=True) for node, names in split_import(local, _names(local))]
         self.tentative += slots
         return slots
 
     def both_changed(self, key: str, b_node: cst.BaseStatement | None, local: Unit, t_node: cst.BaseStatement,
                      t: Unit) -> list[Slot]:  # fmt: skip
         names = _names(local)
+        if self.extension.reuses and "/" in key and _delegates(local.node):
+            why = f"the override calls super().{local.name}, which carries upstream's change"
+            return self.decide(key, "kept", [Slot(key, local.node, names)], why)
         if isinstance(local.node, cst.ClassDef) and isinstance(t_node, cst.ClassDef):
             base_class = b_node if isinstance(b_node, cst.ClassDef) else None
             return self.decide(key, "merged", [Slot(key, self.klass(key, base_class, local.node, t_node), names)])
-        if local.kind == "import" and t.kind == "import" and b_node is not None and _one_module_moved(b_node, local, t):
-            merged = _merge_import_names(b_node, local.node, t_node)
+        if local.kind == "import" and t.kind == "import" and b_node is not None and one_module_moved(b_node, local, t):
+            merged = merge_import_names(b_node, local.node, t_node)
             if merged is not None:
                 return self.decide(key, "merged", [Slot(key, merged, _names(t) + names)])
         return self.lines(key, b_node, local, t_node)
@@ -258,66 +269,30 @@ class _Merger:
         return slots
 
 
+class _SuperCall(cst.CSTVisitor):
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name, self.found = name, False
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        call = node.value
+        if node.attr.value == self.name and isinstance(call, cst.Call) and isinstance(call.func, cst.Name):
+            self.found |= call.func.value == "super"
+
+
+def _delegates(node: cst.BaseStatement) -> bool:
+    """A method that calls the method it overrides (`super().name(...)`)."""
+    if not isinstance(node, cst.FunctionDef):
+        return False
+    visitor = _SuperCall(node.name.value)
+    node.visit(visitor)
+    return visitor.found
+
+
 def _names(unit: Unit) -> list[str]:
     if unit.kind == "import":
         return bound_names(unit.node)
     return [n for n in unit.name.split(",") if n] if unit.kind != "doc" else []
-
-
-def _one_module_moved(base: cst.BaseStatement, local: Unit, target: Unit) -> bool:
-    """At most one side reads the names from another module (both moving them is a conflict)."""
-    b, lo, t = _from_import(base), _from_import(local.node), _from_import(target.node)
-    if b is None or lo is None or t is None:
-        return False
-    return import_module(lo) == import_module(b) or import_module(t) in (import_module(b), import_module(lo))
-
-
-def _from_import(node: cst.BaseStatement | None) -> cst.ImportFrom | None:
-    if isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1:
-        small = node.body[0]
-        if isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
-            return small
-    return None
-
-
-def _aliases(small: cst.ImportFrom) -> dict[str, cst.ImportAlias]:
-    """`name` or `name as alias` -> the alias node, in order."""
-    assert not isinstance(small.names, cst.ImportStar)
-    return {render(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip(): a for a in small.names}
-
-
-def _split_import(unit: Unit) -> Iterator[tuple[cst.BaseStatement, list[str]]]:
-    """A removed-upstream import as one statement per name (each kept only if used); other units whole."""
-    small = _from_import(unit.node)
-    if small is None or unit.kind != "import" or len(_aliases(small)) < 2:
-        yield unit.node, _names(unit)
-        return
-    module = import_module(small)
-    for spelled in _aliases(small):
-        node = parse_statement(f"from {module} import {spelled}\n")
-        if node is not None:
-            yield node, bound_names(node)
-
-
-def _merge_import_names(
-    base: cst.BaseStatement, local: cst.BaseStatement, target: cst.BaseStatement
-) -> cst.BaseStatement | None:
-    """Both sides changed one `from m import ...`: the target's names, plus the local additions, less the
-    local removals; the module is the local one where the local file moved it."""
-    b, lo, t = _from_import(base), _from_import(local), _from_import(target)
-    if b is None or lo is None or t is None:
-        return None
-    in_base, in_local = _aliases(b), _aliases(lo)
-    names = [n for n in _aliases(t) if n in in_local or n not in in_base]
-    names += [n for n in in_local if n not in in_base and n not in names]
-    if not names:
-        return None
-    module = import_module(lo) if import_module(lo) != import_module(b) else import_module(t)
-    line = f"from {module} import {', '.join(names)}\n"
-    if len(line) > 100:
-        line = f"from {module} import (\n" + "".join(f"    {n},\n" for n in names) + ")\n"
-    parsed = parse_statement(line)
-    return parsed.with_changes(leading_lines=_leading(target)) if parsed else None
 
 
 def _leading(node: cst.BaseStatement) -> Sequence[cst.EmptyLine]:
@@ -360,11 +335,12 @@ def _placed(slots: list[Slot], extra: dict[str, list[Slot]], local_order: list[s
 
 
 def _after(out: list[Slot], anchor: str, local_order: list[str], present: set[str]) -> int:
-    """The index after the last output slot of `anchor` or of the nearest local unit before it."""
-    candidates = local_order[: local_order.index(anchor) + 1] if anchor in local_order else []
-    for key in reversed(candidates):
-        if key in present:
-            return max(i for i, s in enumerate(out) if s.key == key) + 1
+    """The index after every output slot of the local units up to `anchor` (where the two orders differ,
+    a local addition still follows everything the local file had before it)."""
+    before = set(local_order[: local_order.index(anchor) + 1]) if anchor in local_order else set()
+    positions = [i for i, s in enumerate(out) if s.key in before and s.key in present]
+    if positions:
+        return max(positions) + 1
     return 1 if out and out[0].key.endswith("doc") else 0
 
 
@@ -427,17 +403,22 @@ class _Uses(cst.CSTVisitor):
             self.refs.add(node.value)
 
 
+def _missing(module: cst.Module) -> Callable[[list[str]], bool]:
+    """Whether the module refers to one of the names without defining it at its top level."""
+    uses = _Uses()
+    module.visit(uses)
+    defined = {n for u in split_units(module.body) for n in _names(u)}
+    return lambda names: any(n in uses.refs and n not in defined for n in names)
+
+
 def _keep_used(merger: _Merger, module: cst.Module) -> cst.Module:
     """Drop the tentative slots the output does not use; a kept one is decided `kept_removed`."""
     pending = {id(s.node): s for s in merger.tentative if s.node is not None}
     kept: set[int] = set()
     while True:
         pruned = module.visit(_Prune(set(pending) - kept))
-        uses = _Uses()
-        pruned.visit(uses)
-        defined = {n for u in split_units(pruned.body) for n in _names(u)}
-        new = {i for i, s in pending.items() if i not in kept and any(n in uses.refs and n not in defined
-                                                                        for n in s.defines)}  # fmt: skip
+        missing = _missing(pruned)
+        new = {i for i, s in pending.items() if i not in kept and missing(s.defines)}
         if not new:
             break
         kept |= new
@@ -452,17 +433,30 @@ def _keep_used(merger: _Merger, module: cst.Module) -> cst.Module:
 
 def merge_file(modules: Sequence[cst.Module], contract: Contract, defines: Defines, extension: Extension) -> FileMerge:
     """The merged module (libcst round-trip exact outside what changed) with every decision on the way;
-    `modules`: base, local, target (upstream relative imports made absolute)."""
-    merger = _Merger(contract, defines, FileMerge(code=""), extension)
+    `modules`: base, local, target (upstream relative imports made absolute). A unit the local file
+    removed and upstream changed is a conflict only where the output still uses its names: the merge
+    runs again with those."""
+    merger, module = _merge_once(modules, contract, defines, extension, frozenset())
+    missing = _missing(module)
+    force = frozenset(key for key, names in merger.deleted_changed if missing(names))
+    if force:
+        merger, module = _merge_once(modules, contract, defines, extension, force)
+    merger.result.code = module.code
+    sides = _contracted_sides(modules[0], modules[2], contract, defines)
+    merger.result.measured = {"local": modules[1].code, **sides}
+    return merger.result
+
+
+def _merge_once(
+    modules: Sequence[cst.Module], contract: Contract, defines: Defines, extension: Extension, force: frozenset[str]
+) -> tuple[_Merger, cst.Module]:
+    merger = _Merger(contract, defines, FileMerge(code=""), extension, force)
     slots = merger.body(modules[0].body, modules[1].body, modules[2].body, "")
     body, trailing = _statements(slots)
     header = _merged_lines(merger, "header", tuple(m.header for m in modules))
     footer = _merged_lines(merger, "footer", tuple(m.footer for m in modules))
     module = modules[2].with_changes(header=header, body=body, footer=[*trailing, *footer])
-    merger.result.code = _keep_used(merger, module).code
-    sides = _contracted_sides(modules[0], modules[2], contract, defines)
-    merger.result.measured = {"local": modules[1].code, **sides}
-    return merger.result
+    return merger, _keep_used(merger, module)
 
 
 def _contracted_sides(base: cst.Module, target: cst.Module, contract: Contract, defines: Defines) -> dict[str, str]:

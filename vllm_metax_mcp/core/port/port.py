@@ -1,9 +1,14 @@
 """The port_model workflow: pair the plugin's files with the target (diff_model's pairing and closest
 releases), merge each fork three ways, verify every output, and say per file what happened.
 
-Base per file: its closest release (the caller may name another); target: its counterpart at the
-target (pairing follows renames and moves); local: the subject's file. A file without a base at any
-release is not merged (there is no telling which side changed a line) and says so.
+Base per file: the release the caller names in `bases`; else the release the plugin declares
+(Dockerfile ARG, requirements pin; the same declarations audit_commits reads) where the file has a
+counterpart there; else its closest release. Declared before closest: on vllm-ascend 351879064c
+(declares v0.26.0), six files are closest to v0.25.0 because the vendor kept older code; with v0.25.0
+as base those lines read as upstream changes to apply (42 conflicts), with v0.26.0 as local choices
+(19), and the vendor's own port (b4b04c5eb1) kept them. Target: the counterpart at the target
+(pairing follows renames and moves); local: the subject's file. A file without a base at any release
+is not merged (there is no telling which side changed a line) and says so.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Literal
 
 import libcst as cst
 
+from ..audit.lagging import declared_bases
 from ..code.module_index import ModuleIndex, module_name
 from ..compare.affixes import VendorAffixes
 from ..compare.model_diff import Comparison, ModelDiffRequest, compare_models
@@ -54,6 +60,7 @@ class FilePort:
     base_path: str | None = None
     upstream_changed: bool | None = None
     """The target's file differs from the base's."""
+    base_why: str = ""
     contract: Contract | None = None
     merge: FileMerge | None = None
     verification: Verification | None = None
@@ -86,16 +93,56 @@ def port_files(plugin: Subject, upstream: Subject, request: PortRequest, policy:
         )
     _check_bases(request.bases, comparison)
     package = comparison.trees.package.root
+    unknowns = list(comparison.pairing.unknowns)
+    declared = _declared(plugin, [r.label for r in comparison.releases], unknowns)
     files: list[FilePort] = []
     with phase("merging files", 0.3):
         pairs = sorted(comparison.pairing.pairs, key=lambda p: p.local)
         for done, pair in enumerate(pairs):
-            files.append(_port_pair(pair, comparison, request.bases))
+            files.append(_port_pair(pair, comparison, request.bases, declared))
             advance(done + 1, len(pairs))
-    port = Port(files, [r.label for r in comparison.releases], package, list(comparison.pairing.unknowns))
+    port = Port(files, [r.label for r in comparison.releases], package, unknowns)
     with phase("verifying outputs", 0.1):
         _verify(port, comparison.trees.index)
     return port
+
+
+@dataclass(frozen=True)
+class Declared:
+    """The release the plugin declares it targets (Dockerfile ARG, requirements pin), as a release label."""
+
+    label: str
+    where: str
+
+
+def _declared(plugin: Subject, labels: list[str], unknowns: list[str]) -> Declared | None:
+    found = declared_bases(plugin)
+    versions = list(dict.fromkeys(d.version for d in found))
+    if not versions:
+        return None
+    if len(versions) > 1:
+        shown = ", ".join(f"{d.version} at {d.where}" for d in found)
+        unknowns.append(f"The declared upstream releases disagree ({shown}): {versions[0]} is taken as the base.")
+    label = next((label for label in labels if label.lstrip("vV") == versions[0]), None)
+    if label is None:
+        unknowns.append(
+            f"The plugin declares {versions[0]} ({found[0].where}); it is not among releases: closest used."
+        )
+        return None
+    return Declared(label, found[0].where)
+
+
+def _base(pair: Pair, comparison: Comparison, bases: Mapping[str, str], declared: Declared | None) -> tuple[str, str]:
+    """(release, why): the caller's, else the declared release (the fork says it was taken from it; a
+    file closer to an older release lags it, and the vendor kept that code), else the closest."""
+    found = comparison.closest.get(pair.local)
+    if pair.local in bases:
+        return bases[pair.local], "named in bases"
+    closest = found.closest if found else None
+    if declared is not None and found is not None and declared.label in found.counterparts:
+        note = f"; closest by lines: {closest}" if closest and closest != declared.label else ""
+        return declared.label, f"declared at {declared.where}{note}"
+    return closest or "", "closest release by differing lines"
 
 
 def _check_bases(bases: Mapping[str, str], comparison: Comparison) -> None:
@@ -110,7 +157,7 @@ def _check_bases(bases: Mapping[str, str], comparison: Comparison) -> None:
             raise bad_input(f"{local} has no counterpart at {label}; name another release or leave it to the closest.")
 
 
-def _port_pair(pair: Pair, comparison: Comparison, bases: Mapping[str, str]) -> FilePort:
+def _port_pair(pair: Pair, comparison: Comparison, bases: Mapping[str, str], declared: Declared | None) -> FilePort:
     if pair.status is Status.LOCAL_ONLY or pair.upstream is None:
         return FilePort(pair.local, None, "local_only", note="no upstream counterpart: the plugin's own file")
     if pair.status is Status.REMOVED:
@@ -118,8 +165,8 @@ def _port_pair(pair: Pair, comparison: Comparison, bases: Mapping[str, str]) -> 
     if pair.status is Status.IDENTICAL:
         return FilePort(pair.local, pair.upstream, "identical", note="already equal to the target's file")
     found = comparison.closest.get(pair.local)
-    label = bases.get(pair.local) or (found.closest if found else None)
-    if found is None or label is None:
+    label, why = _base(pair, comparison, bases, declared)
+    if found is None or not label:
         return FilePort(pair.local, pair.upstream, "no_base", note="no counterpart at any release: pass older releases")
     counterpart = found.counterparts[label]
     release = next(r for r in comparison.releases if r.label == label)
@@ -128,7 +175,7 @@ def _port_pair(pair: Pair, comparison: Comparison, bases: Mapping[str, str]) -> 
         comparison.trees.local.read(pair.local),
         comparison.trees.upstream.read(pair.upstream),
     ]
-    result = FilePort(pair.local, pair.upstream, "ported", label, counterpart.path, texts[0] != texts[2])
+    result = FilePort(pair.local, pair.upstream, "ported", label, counterpart.path, texts[0] != texts[2], why)
     try:
         modules = [cst.parse_module(t.decode("utf-8")) for t in texts]
     except (UnicodeDecodeError, cst.ParserSyntaxError) as error:

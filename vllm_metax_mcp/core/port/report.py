@@ -40,7 +40,8 @@ def file_document(file: FilePort) -> dict[str, Any]:
     if file.note:
         entry["note"] = file.note
     if file.base:
-        entry |= {"base": file.base, "base_path": file.base_path, "upstream_changed": file.upstream_changed}
+        entry |= {"base": file.base, "base_why": file.base_why, "base_path": file.base_path}
+        entry["upstream_changed"] = file.upstream_changed
     if file.merge is None or file.contract is None:
         return entry
     merge = file.merge
@@ -113,8 +114,8 @@ def markdown(document: dict[str, Any]) -> str:
 def _problems(check: dict[str, Any]) -> str:
     if not check["parses"]:
         return f"does not parse: {check['error']}"
-    parts = [f"{len(check[k])} {k.replace('_', ' ')}" for k in ("unresolved", "unaccounted", "lost_local",
-                                                                   "lost_upstream") if check[k]]  # fmt: skip
+    kinds = ("unresolved", "used_before_bound", "unaccounted", "lost_local", "lost_upstream")
+    parts = [f"{len(check[k])} {k.replace('_', ' ')}" for k in kinds if check[k]]
     return ", ".join(parts)
 
 

@@ -33,13 +33,16 @@ class Verification:
     external: int = 0
     """Imports of modules outside upstream vLLM and the plugin (not checked)."""
     unresolved: list[str] = field(default_factory=list)
+    used_before_bound: list[str] = field(default_factory=list)
+    """Names the module reads while it loads (bases, decorators, top-level values) above their binding."""
     unaccounted: list[str] = field(default_factory=list)
     lost_local: list[str] = field(default_factory=list)
     lost_upstream: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
-        return self.parses and not (self.unresolved or self.unaccounted or self.lost_local or self.lost_upstream)
+        problems = (self.unresolved, self.used_before_bound, self.unaccounted, self.lost_local, self.lost_upstream)
+        return self.parses and not any(problems)
 
 
 def _absolute(module: str, level: int, own: str, is_package: bool) -> str:
@@ -75,6 +78,47 @@ def check_imports(
 def _code(node: cst.BaseStatement) -> str:
     """A statement without the comment lines above it (where conflict markers of a neighbour land)."""
     return normalized(render(node.with_changes(leading_lines=()) if hasattr(node, "leading_lines") else node))
+
+
+def _bound_by(node: ast.stmt) -> set[str]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {a.asname or a.name.split(".")[0] for a in node.names}
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+
+def _read_on_load(node: ast.stmt) -> list[ast.expr]:
+    """The expressions a top-level statement evaluates when the module loads (function bodies do not)."""
+    if isinstance(node, ast.ClassDef):
+        return [*node.bases, *(k.value for k in node.keywords), *node.decorator_list]
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return [*node.decorator_list, *node.args.defaults, *(d for d in node.args.kw_defaults if d)]
+    if isinstance(node, (ast.Assign, ast.AugAssign, ast.Expr)):
+        return [node.value]
+    if isinstance(node, ast.AnnAssign) and node.value is not None:
+        return [node.value]
+    return []
+
+
+def check_order(tree: ast.Module, result: Verification) -> None:
+    """A name read at load time above the statement that binds it (e.g. an import placed after the class
+    that extends what it imports) fails on import."""
+    later: dict[str, int] = {}
+    for node in tree.body:
+        for name in _bound_by(node):
+            later.setdefault(name, node.lineno)
+    bound: set[str] = set()
+    for node in tree.body:
+        for expr in _read_on_load(node):
+            for name in (n.id for n in ast.walk(expr) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)):
+                if (
+                    name not in bound
+                    and later.get(name, 0) > node.lineno
+                    and len(result.used_before_bound) < MAX_LISTED
+                ):
+                    result.used_before_bound.append(f"line {node.lineno}: {name} (bound at line {later[name]})")
+        bound |= _bound_by(node)
 
 
 def _members(units: list[Unit]) -> dict[str, str]:
@@ -155,8 +199,9 @@ def check_nothing_lost(contracted: Mapping[str, str], merge: FileMerge, result: 
 
 
 def _left_upstream(target: str, merge: FileMerge) -> set[str]:
-    """The lines of units an extension leaves upstream: their changes reach the plugin by import."""
-    keys = {d.key for d in merge.decisions if d.action == "upstream_only"}
+    """The lines of units an extension leaves upstream (their changes reach the plugin by import) or the
+    local file removed (a decision: the output does not use them)."""
+    keys = {d.key for d in merge.decisions if d.action in ("upstream_only", "removed_local")}
     if not keys:
         return set()
     units = split_units(cst.parse_module(target).body)
@@ -192,6 +237,7 @@ def verify_file(
         return Verification(parses=False, error=str(error).splitlines()[0])
     result = Verification(parses=True)
     check_imports(tree, own, is_package, checked, resolve, result)
+    check_order(tree, result)
     check_accounted(output, cst.parse_module(contracted["target"]), key_of, merge, result)
     check_nothing_lost(contracted, merge, result)
     return result
