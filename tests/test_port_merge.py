@@ -83,7 +83,11 @@ def test_both_sides_changing_one_line_keep_both_local_active_and_the_target_comm
     assert conflict.target.strip() == "return y * 3" and not conflict.whole
     lines = [line.strip() for line in merged.code.splitlines()]
     start = lines.index(next(line for line in lines if MARK in line and "<<<" in line))
-    assert lines[start + 1 : start + 4] == ["# |     return y * 3", "return y * 4", "# >>>>>>> port_model conflict 1"]
+    assert lines[start + 1 : start + 4] == [
+        "# |     return y * 3",
+        "# >>>>>>> port_model conflict 1: 1 local lines follow",
+        "return y * 4",
+    ]
 
 
 def test_lines_added_around_lines_the_other_side_rewrote_are_kept_with_the_rewrite() -> None:
@@ -190,7 +194,9 @@ class FooModel(torch.nn.Module):
 
 def test_a_vendor_renamed_class_takes_upstream_changes_and_new_upstream_code_uses_the_local_names() -> None:
     local = CLASS_BASE.replace("class Foo", "class MacaFoo").replace("= FooAttention()", "= MacaFooAttention()")
-    local = local.replace("ops.rms_norm(h)", "mx_ops.rms_norm(h)")
+    local = local.replace("ops.rms_norm(h)", "mx_ops.rms_norm(h)").replace(
+        "import torch\n", "import mx_ops\nimport torch\n"
+    )
     target = CLASS_BASE.replace("= FooAttention()", "= FooAttention()\n        self.extra = FooAttention()")
     target = target.replace("return ops.rms_norm(h)", "h = ops.rms_norm(h)\n        return ops.rms_norm(h)")
     merged = port(CLASS_BASE, local, target)

@@ -57,6 +57,7 @@ def _problems(file: FilePort) -> list[str]:
     if not check.parses:
         return [f"does not parse: {check.error}"]
     named = [*check.unresolved, *(f"used before bound: {x}" for x in check.used_before_bound)]
+    named += [f"undefined: {x}" for x in check.undefined]
     named += [f"unaccounted {k}" for k in check.unaccounted]
     named += [f"lost local: {line}" for line in check.lost_local] + [f"lost upstream: {x}" for x in check.lost_upstream]
     return named[:3]

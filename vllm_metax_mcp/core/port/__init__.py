@@ -8,6 +8,7 @@ Modules:
   and local, applied to target code; upstream relative imports made absolute.
 - `imports`: import statements in the merge (names merged, removed-upstream imports split per name).
 - `merge`: the merge of one file, unit by unit, with a decision for each and conflicts kept both ways.
+- `usage`: what a merged module reads and binds (the tentative units it needs, the names it lacks).
 - `verify`: the checks an output passes (parses, imports resolve, differences accounted, nothing lost).
 - `port`: the port_model workflow over diff_model's pairing and closest releases.
 - `report`: what a port writes (files, port_report.json, PORT_REPORT.md, port.patch), whole or nothing.

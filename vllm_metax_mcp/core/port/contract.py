@@ -90,6 +90,8 @@ class Binding:
     name: str
     """What is imported (the dotted module itself for `import m`)."""
     line: int
+    plain: bool = False
+    """`import a.b` without `as`: it binds `a`, whatever it loads (never a swap)."""
 
 
 def bound_names(node: cst.BaseStatement) -> list[str]:
@@ -112,6 +114,8 @@ def _bindings_of(node: cst.BaseStatement, line: int) -> dict[str, Binding]:
                 dotted = render_expression(alias.name)
                 if alias.asname and isinstance(alias.asname.name, cst.Name):
                     found[alias.asname.name.value] = Binding(dotted, dotted, line)
+                else:
+                    found.setdefault(dotted.split(".")[0], Binding(dotted, dotted, line, plain=True))
     return found
 
 
@@ -129,7 +133,7 @@ def derive_swaps(base: dict[str, Binding], local: dict[str, Binding], contract: 
     first: dict[str, Binding] = {}
     for bound, was in base.items():
         now = local.get(bound)
-        if now is None:
+        if now is None or now.plain or was.plain:
             continue
         moved[was.module].add(now.module)
         if now.module != was.module:
@@ -179,10 +183,13 @@ def _replaced(old: str, new: str) -> tuple[str, str] | None:
     return differing[0]
 
 
-def derive_substitutions(pairs: list[tuple[str, str, int]], contract: Contract) -> None:
+def derive_substitutions(pairs: list[tuple[str, str, int]], vendor_roots: set[str], contract: Contract) -> None:
     """From (base code, local code, local first line) of the symbols both define: dotted names replaced
-    on every changed line that had them and on no line the local side kept."""
+    on every changed line that had them and on no line the local side kept, and either replaced on at
+    least two lines or replaced by a name the local file imports and the base does not (`mx_ops.…`): one
+    edited line of upstream vocabulary (`torch.sigmoid` -> `torch.tanh`) is a local edit, not a kernel path."""
     seen: dict[str, dict[str, int]] = defaultdict(dict)
+    times: dict[str, int] = defaultdict(int)
     kept: set[str] = set()
     for base_code, local_code, start in pairs:
         a, b = base_code.splitlines(), local_code.splitlines()
@@ -194,10 +201,12 @@ def derive_substitutions(pairs: list[tuple[str, str, int]], contract: Contract) 
                     found = _replaced(a[i1 + offset], b[j1 + offset])
                     if found:
                         seen[found[0]].setdefault(found[1], start + j1 + offset)
+                        times[found[0]] += 1
     for old, news in seen.items():
         if len(news) == 1 and old not in kept:
             new, line = next(iter(news.items()))
-            contract.substitutions[old] = Rule("substitution", old, new, line)
+            if times[old] >= 2 or new.split(".")[0] in vendor_roots:
+                contract.substitutions[old] = Rule("substitution", old, new, line)
 
 
 class _Apply(cst.CSTTransformer):
@@ -217,6 +226,9 @@ class _Apply(cst.CSTTransformer):
         if node.keyword is not None:
             self.protected.add(id(node.keyword))
 
+    def visit_Param(self, node: cst.Param) -> None:
+        self.protected.add(id(node.name))
+
     def visit_ImportAlias(self, node: cst.ImportAlias) -> bool:
         return False
 
@@ -224,11 +236,17 @@ class _Apply(cst.CSTTransformer):
         return False
 
     def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
-        rule = self.contract.renames.get(original.value)
-        if rule is None or id(original) in self.protected:
+        if id(original) in self.protected:
             return updated
-        self.used.append(rule)
-        return updated.with_changes(value=rule.local)
+        rule = self.contract.renames.get(original.value)
+        if rule is not None:
+            self.used.append(rule)
+            return updated.with_changes(value=rule.local)
+        rule = self.contract.substitutions.get(original.value)
+        if rule is not None:
+            self.used.append(rule)
+            return cst.parse_expression(rule.local)
+        return updated
 
     def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
         rule = self.contract.substitutions.get(render_expression(original))
@@ -301,7 +319,8 @@ def derive_contract(base: cst.Module, local: cst.Module, upstream_name: Callable
         for u, original in zip(rekeyed, local_units, strict=True)
         if u.key in by_key and u.kind in definitions
     ]
-    derive_substitutions(pairs, contract)
+    base_bound = set(module_bindings(base_units, {}))
+    derive_substitutions(pairs, set(local_bindings) - base_bound, contract)
     return contract
 
 

@@ -20,22 +20,24 @@ The module's order follows the target. Nothing is chosen silently: every unit ge
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import libcst as cst
 
 from .contract import Applied, Contract, Defines, Skipped, apply_contract, bound_names, module_bindings, swap_import
 from .imports import merge_import_names, one_module_moved, split_import
 from .lines3 import Conflict, merge3
-from .units import Unit, class_body, class_shell, normalized, parse_statement, render, split_units
+from .units import Unit, align, class_body, class_shell, normalized, parse_statement, render, split_units
+from .usage import Prune, missing_names
 
 Action = Literal[
     "taken", "kept", "merged", "added_upstream", "added_local", "removed_upstream", "removed_local",
-    "kept_removed", "conflict", "upstream_only",
+    "kept_removed", "conflict", "upstream_only", "restored",
 ]  # fmt: skip
 MARK = "port_model conflict"
+FORCE_ROUNDS = 4
 
 
 @dataclass(frozen=True)
@@ -113,15 +115,18 @@ class _Merger:
     """Units removed locally and changed upstream whose names the output uses: conflicts."""
     tentative: list[Slot] = field(default_factory=list)
     deleted_changed: list[tuple[str, list[str]]] = field(default_factory=list)
+    left_upstream: list[tuple[str, list[str]]] = field(default_factory=list)
+    """An extension's upstream-only units: added after all where the output uses their names."""
 
     # -- one body (module or class) -------------------------------------------------------------
 
     def body(self, base: Sequence[cst.BaseStatement], local: Sequence[cst.BaseStatement],
              target: Sequence[cst.BaseStatement], prefix: str) -> list[Slot]:  # fmt: skip
-        b = {u.key: u for u in split_units(base)}
-        l_units = split_units(local, self.contract.upstream_key)
+        b_units = split_units(base)
+        b = {u.key: u for u in b_units}
+        l_units = align(b_units, split_units(local, self.contract.upstream_key), "local")
         lmap = {u.key: u for u in l_units}
-        t_units = split_units(target)
+        t_units = align(b_units, split_units(target), "target")
         slots = [s for u in t_units for s in self.from_target(prefix + u.key, u, b.get(u.key), lmap.get(u.key))]
         tmap = {u.key: u for u in t_units}
         extra: dict[str, list[Slot]] = {}
@@ -140,8 +145,12 @@ class _Merger:
     def from_target(self, key: str, t: Unit, b: Unit | None, local: Unit | None) -> list[Slot]:
         t_node = self.contracted(key, t)
         b_node = apply_contract(b.node, self.contract)[0] if b else None
-        if local is None and self.extension.reuses:
+        if local is None and self.extension.reuses and key not in self.force:
+            self.left_upstream.append((key, _names(t)))
             return self.decide(key, "upstream_only", [], "the local file imports from the upstream module")
+        if local is None and self.extension.reuses:
+            why = "an extension leaves it upstream, but the merged code uses it"
+            return self.decide(key, "added_upstream", [Slot(key, t_node, _names(t))], why)
         if local is None:
             if b is None:
                 return self.decide(key, "added_upstream", [Slot(key, t_node, _names(t))])
@@ -190,7 +199,10 @@ class _Merger:
         if self.extension.reuses and "/" in key and _delegates(local.node):
             why = f"the override calls super().{local.name}, which carries upstream's change"
             return self.decide(key, "kept", [Slot(key, local.node, names)], why)
-        if isinstance(local.node, cst.ClassDef) and isinstance(t_node, cst.ClassDef):
+        blocks = all(
+            isinstance(n, cst.ClassDef) and isinstance(n.body, cst.IndentedBlock) for n in (local.node, t_node)
+        )
+        if blocks and isinstance(local.node, cst.ClassDef) and isinstance(t_node, cst.ClassDef):
             base_class = b_node if isinstance(b_node, cst.ClassDef) else None
             return self.decide(key, "merged", [Slot(key, self.klass(key, base_class, local.node, t_node), names)])
         if local.kind == "import" and t.kind == "import" and b_node is not None and one_module_moved(b_node, local, t):
@@ -244,7 +256,7 @@ class _Merger:
         first = next((x for x in [*chunk.local, *chunk.target] if x.strip()), "")
         indent = first[: len(first) - len(first.lstrip())]
         comments = self.conflict(key, "".join(chunk.local), "".join(chunk.target), "".join(chunk.base), whole=False)
-        return [f"{indent}{c}\n" for c in comments[:-1]] + chunk.local + [f"{indent}{comments[-1]}\n"]
+        return [f"{indent}{c}\n" for c in comments] + chunk.local
 
     # -- records ------------------------------------------------------------------------------
 
@@ -261,8 +273,12 @@ class _Merger:
         number = len(self.result.conflicts) + 1
         self.result.conflicts.append(ConflictRecord(number, key, local, target, base, whole))
         shown = [f"# | {line.rstrip()}" for line in target.splitlines()] or ["# | (the target has no lines here)"]
-        head = f"# <<<<<<< {MARK} {number} ({key}): target's lines commented, local's follow"
-        return [head, *shown, f"# >>>>>>> {MARK} {number}"]
+        head = f"# <<<<<<< {MARK} {number} ({key}): the target's lines, commented"
+        count = len(local.splitlines())
+        follows = (
+            "no local lines" if not count else "the local statement follows" if whole else f"{count} local lines follow"
+        )
+        return [head, *shown, f"# >>>>>>> {MARK} {number}: {follows}"]
 
     def decide(self, key: str, action: Action, slots: list[Slot], why: str = "") -> list[Slot]:
         self.result.decisions.append(Decision(key, action, why))
@@ -365,59 +381,13 @@ def _merged_lines(merger: _Merger, key: str, sides: tuple[Sequence[cst.EmptyLine
         return sides[1]
 
 
-class _Prune(cst.CSTTransformer):
-    def __init__(self, drop: set[int]) -> None:
-        super().__init__()
-        self.drop = drop
-
-    def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode | cst.RemovalSentinel:  # type: ignore[override]
-        return cst.RemoveFromParent() if id(original) in self.drop else updated
-
-
-class _Uses(cst.CSTVisitor):
-    """Names the code refers to (attribute tails included), not counting imports and definition names."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.refs: set[str] = set()
-        self.skip: set[int] = set()
-
-    def visit_Import(self, node: cst.Import) -> bool:
-        return False
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-        return False
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self.skip.add(id(node.name))
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.skip.add(id(node.name))
-
-    def visit_Arg(self, node: cst.Arg) -> None:
-        if node.keyword is not None:
-            self.skip.add(id(node.keyword))
-
-    def visit_Name(self, node: cst.Name) -> None:
-        if id(node) not in self.skip:
-            self.refs.add(node.value)
-
-
-def _missing(module: cst.Module) -> Callable[[list[str]], bool]:
-    """Whether the module refers to one of the names without defining it at its top level."""
-    uses = _Uses()
-    module.visit(uses)
-    defined = {n for u in split_units(module.body) for n in _names(u)}
-    return lambda names: any(n in uses.refs and n not in defined for n in names)
-
-
 def _keep_used(merger: _Merger, module: cst.Module) -> cst.Module:
     """Drop the tentative slots the output does not use; a kept one is decided `kept_removed`."""
     pending = {id(s.node): s for s in merger.tentative if s.node is not None}
     kept: set[int] = set()
     while True:
-        pruned = module.visit(_Prune(set(pending) - kept))
-        missing = _missing(pruned)
+        pruned = module.visit(Prune(set(pending) - kept))
+        missing = missing_names(pruned, _names)
         new = {i for i, s in pending.items() if i not in kept and missing(s.defines)}
         if not new:
             break
@@ -437,12 +407,17 @@ def merge_file(modules: Sequence[cst.Module], contract: Contract, defines: Defin
     removed and upstream changed is a conflict only where the output still uses its names: the merge
     runs again with those."""
     merger, module = _merge_once(modules, contract, defines, extension, frozenset())
-    missing = _missing(module)
-    force = frozenset(key for key, names in merger.deleted_changed if missing(names))
-    if force:
+    force: frozenset[str] = frozenset()
+    for _ in range(FORCE_ROUNDS):  # what a forced unit brings in may use more
+        missing = missing_names(module, _names)
+        more = {key for key, names in [*merger.deleted_changed, *merger.left_upstream] if missing(names)}
+        if more <= force:
+            break
+        force |= more
         merger, module = _merge_once(modules, contract, defines, extension, force)
-    merger.result.code = module.code
     sides = _contracted_sides(modules[0], modules[2], contract, defines)
+    module = _restore_imports(merger, module, cst.parse_module(sides["target"]))
+    merger.result.code = module.code
     merger.result.measured = {"local": modules[1].code, **sides}
     return merger.result
 
@@ -457,6 +432,31 @@ def _merge_once(
     footer = _merged_lines(merger, "footer", tuple(m.footer for m in modules))
     module = modules[2].with_changes(header=header, body=body, footer=[*trailing, *footer])
     return merger, _keep_used(merger, module)
+
+
+def _restore_imports(merger: _Merger, module: cst.Module, target: cst.Module) -> cst.Module:
+    """Names the output reads and nothing in it binds, which the (contracted) target imports: the target's
+    import of each is added after the output's last top-level import (a local file that dropped an import
+    its own code no longer needed, while code taken from the target still does)."""
+    missing = missing_names(module, _names)
+    wanted: list[cst.BaseStatement] = []
+    for unit in split_units(target.body):
+        if unit.kind != "import":
+            continue
+        for node, names in split_import(unit, bound_names(unit.node)):
+            if missing(names) and all(names):
+                wanted.append(node)
+    if not wanted:
+        return module
+    body: list[Any] = list(module.body)
+    last = max((i for i, u in enumerate(split_units(body)) if u.kind == "import"), default=-1)
+    body = [*body[: last + 1], *wanted, *body[last + 1 :]]
+    added = {id(node) for node in wanted}
+    for unit in split_units(body):
+        if id(unit.node) in added:
+            why = "the output reads " + ", ".join(_names(unit)) + "; the target imports it"
+            merger.decide(unit.key, "restored", [], why)
+    return module.with_changes(body=body)
 
 
 def _contracted_sides(base: cst.Module, target: cst.Module, contract: Contract, defines: Defines) -> dict[str, str]:

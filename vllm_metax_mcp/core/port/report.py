@@ -114,7 +114,7 @@ def markdown(document: dict[str, Any]) -> str:
 def _problems(check: dict[str, Any]) -> str:
     if not check["parses"]:
         return f"does not parse: {check['error']}"
-    kinds = ("unresolved", "used_before_bound", "unaccounted", "lost_local", "lost_upstream")
+    kinds = ("unresolved", "used_before_bound", "undefined", "unaccounted", "lost_local", "lost_upstream")
     parts = [f"{len(check[k])} {k.replace('_', ' ')}" for k in kinds if check[k]]
     return ", ".join(parts)
 

@@ -10,9 +10,10 @@ the same body gets `#2`, `#3`. The local side's keys are read through the MetaX 
 
 from __future__ import annotations
 
+import difflib
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import libcst as cst
@@ -122,6 +123,47 @@ def split_units(body: Sequence[cst.BaseStatement], key_of: Callable[[Unit], str]
     return units
 
 
+MATCHED = 0.5
+"""Least line similarity for a repeated unit to meet a base unit of the same key."""
+
+
+def _group(key: str) -> str:
+    return key.split("#", 1)[0]
+
+
+def _similarity(a: Unit, b: Unit) -> float:
+    return difflib.SequenceMatcher(None, a.norm.splitlines(), b.norm.splitlines(), autojunk=False).ratio()
+
+
+def align(base: list[Unit], side: list[Unit], tag: str) -> list[Unit]:
+    """A side's units re-keyed where a key repeats in a body (two `if envs.X:` blocks, overloads): each
+    meets the base unit it is most like, not the one at its position; the rest are new (`#<tag>-N`)."""
+    in_base: dict[str, list[Unit]] = {}
+    for unit in base:
+        in_base.setdefault(_group(unit.key), []).append(unit)
+    in_side: dict[str, list[Unit]] = {}
+    for unit in side:
+        in_side.setdefault(_group(unit.key), []).append(unit)
+    keys = {id(u): u.key for u in side}
+    for group, members in in_side.items():
+        bases = in_base.get(group, [])
+        if len(members) < 2 and len(bases) < 2:
+            continue
+        scored = sorted(((_similarity(m, b), i, j) for i, m in enumerate(members) for j, b in enumerate(bases)),
+                        reverse=True)  # fmt: skip
+        taken_m: set[int] = set()
+        taken_b: set[int] = set()
+        for score, i, j in scored:
+            if score >= MATCHED and i not in taken_m and j not in taken_b:
+                keys[id(members[i])] = bases[j].key
+                taken_m.add(i)
+                taken_b.add(j)
+        for i, member in enumerate(members):
+            if i not in taken_m:
+                keys[id(member)] = f"{group}#{tag}-{i + 1}"
+    return [replace(u, key=keys[id(u)]) for u in side]
+
+
 def class_body(node: cst.ClassDef) -> list[cst.BaseStatement]:
     body = node.body
     return list(body.body) if isinstance(body, cst.IndentedBlock) else []
@@ -137,7 +179,8 @@ def parse_statement(code: str) -> cst.BaseStatement | None:
     parse as exactly one statement."""
     try:
         module = cst.parse_module(code)
-    except cst.ParserSyntaxError:
+        compile(code, "<unit>", "exec")  # what the compiler refuses too (a keyword given twice)
+    except (cst.ParserSyntaxError, SyntaxError, ValueError):
         return None
     if len(module.body) != 1:
         return None

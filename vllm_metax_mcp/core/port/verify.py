@@ -8,6 +8,7 @@ every line upstream added or changed is in the output or in a conflict record.
 from __future__ import annotations
 
 import ast
+import builtins
 import difflib
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -19,7 +20,7 @@ from .merge import FileMerge
 from .units import Unit, class_body, normalized, render, split_units
 
 MAX_LISTED = 20
-ACCOUNTING = {"kept", "merged", "conflict", "added_local", "kept_removed", "removed_local", "upstream_only"}
+ACCOUNTING = {"kept", "merged", "conflict", "added_local", "kept_removed", "removed_local", "upstream_only", "restored"}
 """Decisions under which the output may differ from the target."""
 Resolve = Callable[[str, str], str | None]
 """(module, name) -> why `from module import name` does not resolve; None where it does or is not checked."""
@@ -34,6 +35,8 @@ class Verification:
     """Imports of modules outside upstream vLLM and the plugin (not checked)."""
     unresolved: list[str] = field(default_factory=list)
     used_before_bound: list[str] = field(default_factory=list)
+    undefined: list[str] = field(default_factory=list)
+    """Names read that nothing in the module binds (no builtin, no import, no assignment anywhere)."""
     """Names the module reads while it loads (bases, decorators, top-level values) above their binding."""
     unaccounted: list[str] = field(default_factory=list)
     lost_local: list[str] = field(default_factory=list)
@@ -41,7 +44,8 @@ class Verification:
 
     @property
     def passed(self) -> bool:
-        problems = (self.unresolved, self.used_before_bound, self.unaccounted, self.lost_local, self.lost_upstream)
+        problems = [self.unresolved, self.used_before_bound, self.undefined, self.unaccounted, self.lost_local]
+        problems.append(self.lost_upstream)
         return self.parses and not any(problems)
 
 
@@ -121,6 +125,40 @@ def check_order(tree: ast.Module, result: Verification) -> None:
         bound |= _bound_by(node)
 
 
+MODULE_NAMES = {"__file__", "__name__", "__doc__", "__spec__", "__path__", "__package__", "__loader__", "__builtins__"}
+
+
+def _binds(node: ast.AST) -> set[str]:
+    if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+        return {node.id}
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, ast.arg):
+        return {node.arg}
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {a.asname or a.name.split(".")[0] for a in node.names}
+    if isinstance(node, (ast.Global, ast.Nonlocal)):
+        return set(node.names)
+    name = getattr(node, "name", None) if isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) else None
+    return {name} if isinstance(name, str) else set()
+
+
+def check_undefined(tree: ast.Module, result: Verification) -> None:
+    """Names read that nothing binds anywhere in the module (scopes merged, so only sure misses count);
+    a star import makes every name possible, and the check is skipped."""
+    nodes = list(ast.walk(tree))
+    if any(isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names) for n in nodes):
+        return
+    bound = set(dir(builtins)) | MODULE_NAMES
+    for node in nodes:
+        bound |= _binds(node)
+    for node in nodes:
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in bound:
+            bound.add(node.id)  # each name once
+            if len(result.undefined) < MAX_LISTED:
+                result.undefined.append(f"line {node.lineno}: {node.id}")
+
+
 def _members(units: list[Unit]) -> dict[str, str]:
     """Unit key (and `class:X/member` keys) -> normalized code; a class by its members."""
     found: dict[str, str] = {}
@@ -138,13 +176,14 @@ def check_accounted(
 ) -> None:
     """Units where the output differs from the contracted target must carry an accounting decision."""
     accounted = {d.key for d in merge.decisions if d.action in ACCOUNTING}
+    accounted |= {d.key.split("#", 1)[0] for d in merge.decisions if d.action in ACCOUNTING}
     # the contracted target spells renamed classes the local way: both sides are keyed the base's way
     ours, theirs = _members(split_units(output.body, key_of)), _members(split_units(target.body, key_of))
     for key in sorted(set(ours) | set(theirs)):
         if ours.get(key) == theirs.get(key):
             continue
-        owner = key.split("/", 1)[0]
-        if key not in accounted and owner not in accounted and len(result.unaccounted) < MAX_LISTED:
+        owner, group = key.split("/", 1)[0], key.split("#", 1)[0]
+        if not {key, owner, group} & accounted and len(result.unaccounted) < MAX_LISTED:
             result.unaccounted.append(key)
 
 
@@ -232,12 +271,14 @@ def verify_file(
     contracted = merge.measured
     try:
         tree = ast.parse(merge.code)
+        compile(tree, own or "<port>", "exec")  # what the compiler refuses too (a keyword given twice)
         output = cst.parse_module(merge.code)
     except (SyntaxError, cst.ParserSyntaxError) as error:
         return Verification(parses=False, error=str(error).splitlines()[0])
     result = Verification(parses=True)
     check_imports(tree, own, is_package, checked, resolve, result)
     check_order(tree, result)
+    check_undefined(tree, result)
     check_accounted(output, cst.parse_module(contracted["target"]), key_of, merge, result)
     check_nothing_lost(contracted, merge, result)
     return result
