@@ -276,3 +276,52 @@ def test_verification_finds_a_name_read_on_load_above_its_binding() -> None:
     fine = Verification(parses=True)
     check_order(ast.parse("from m import B\n\n\nclass A(B):\n    def f(self):\n        return C\n\n\nC = 1\n"), fine)
     assert fine.used_before_bound == []
+
+
+def test_an_extension_adds_the_upstream_helpers_and_imports_its_merged_code_reads() -> None:
+    base = "import torch\n\n\nclass LlamaMLP:\n    pass\n\n\nclass LlamaAttention:\n    def forward(self, x):\n"
+    base += "        x = self.qkv(x)\n        return self.o(x)\n"
+    local = "from vllm.model_executor.models.llama import LlamaMLP\n\n\n" + base.split("\n\n\n", 2)[2].replace(
+        "x = self.qkv(x)", "x = self.qkv(x).contiguous()  # maca"
+    )
+    target = base.replace("import torch\n", "import torch\nfrom vllm.utils import rotate\n")
+    target = target.replace("class LlamaMLP:", "def _scale(x):\n    return x\n\n\nclass LlamaMLP:")
+    target = target.replace("        return self.o(x)", "        x = rotate(_scale(x))\n        return self.o(x)")
+    merged = port(base, local, target, counterparts={"vllm.model_executor.models.llama"})
+    assert "x = rotate(_scale(x))" in merged.code and "x = self.qkv(x).contiguous()  # maca" in merged.code
+    assert "def _scale(x)" in merged.code and "from vllm.utils import rotate" in merged.code
+    assert "class LlamaMLP" not in merged.code  # still read from upstream
+    assert actions(merged)["def:_scale"] == "added_upstream"
+
+
+def test_repeated_blocks_meet_the_base_block_they_are_most_like_not_the_one_at_their_position() -> None:
+    block = "if envs.USE_A:\n    {}\n"
+    base = block.format("kernel_a()\n    tune_a()") + "\n" + block.format("kernel_b()\n    tune_b()")
+    local = base.replace("    tune_b()\n", "    tune_b()\n    MACA_FALLBACK = True\n")
+    target = block.format("kernel_c()\n    tune_c()") + "\n" + base
+    code = port(base, local, target).code
+    assert code.index("MACA_FALLBACK = True") > code.index("kernel_b()")
+    assert code.count("MACA_FALLBACK") == 1 and "kernel_c()" in code
+
+
+def test_one_edited_line_of_upstream_vocabulary_is_no_substitution() -> None:
+    base = "import torch\n\n\ndef act(x):\n    return torch.sigmoid(x)\n\n\ndef other(x):\n    return x\n"
+    local = base.replace("torch.sigmoid(x)", "torch.tanh(x)")
+    target = base.replace("def other(x):\n    return x", "def other(x):\n    return torch.sigmoid(x) * 2")
+    assert derive(base, local) == []
+    assert "return torch.sigmoid(x) * 2" in port(base, local, target).code
+
+
+def test_a_rename_never_reaches_parameters_or_keywords() -> None:
+    base = "class Foo:\n    pass\n\n\ndef build(Foo=None):\n    return make(Foo=Foo)\n"
+    local = base.replace("class Foo:", "class MacaFoo:")
+    target = base + "\n\ndef more():\n    return Foo()\n"
+    code = port(base, local, target).code
+    assert "def build(Foo=None):" in code and "make(Foo=Foo)" in code and "return MacaFoo()" in code
+
+
+def test_one_line_class_bodies_changed_on_both_sides_keep_both_changes() -> None:
+    base = "class Cfg(Base): x = 1\n"
+    merged = port(base, "class Cfg(Base, Maca): x = 1\n", "class Cfg(Base): x = 2\n")
+    assert "pass" not in merged.code and ("x = 1" in merged.code or merged.conflicts)
+    assert "Maca" in merged.code
