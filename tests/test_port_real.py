@@ -48,6 +48,7 @@ MTP = "vllm_ascend/models/deepseek_mtp.py"
 V4 = "vllm_ascend/models/deepseek_v4.py"
 V4_MTP = "vllm_ascend/models/deepseek_v4_mtp.py"
 DSPARK = "vllm_ascend/models/qwen3_dspark.py"
+DSPARK_V4 = "vllm_ascend/models/deepseek_v4_dspark.py"
 
 
 @dataclass(frozen=True)
@@ -99,11 +100,21 @@ def clean_git(
     home: Path, cwd: Path, *args: str, extra: dict[str, str] | None = None, check: bool = True
 ) -> subprocess.CompletedProcess[str]:
     """git with no system or user configuration (HOME an empty directory)."""
-    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(home), "LC_ALL": "C", "GIT_CONFIG_NOSYSTEM": "1"}
-    done = subprocess.run(["git", *args], cwd=cwd, env=env | (extra or {}), capture_output=True, text=True)
+    done = subprocess.run(["git", *args], cwd=cwd, env=_git_env(home, extra), capture_output=True, text=True)
     if check and done.returncode:
         raise AssertionError(f"git {' '.join(args)} in {cwd}: {done.stderr.strip()}")
     return done
+
+
+def clean_git_bytes(home: Path, cwd: Path, *args: str, extra: dict[str, str] | None = None) -> bytes:
+    """What clean_git prints, as bytes (line endings as they are)."""
+    done = subprocess.run(["git", *args], cwd=cwd, env=_git_env(home, extra), capture_output=True, check=True)
+    return done.stdout
+
+
+def _git_env(home: Path, extra: dict[str, str] | None) -> dict[str, str]:
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(home), "LC_ALL": "C", "GIT_CONFIG_NOSYSTEM": "1"}
+    return env | (extra or {})
 
 
 def parses(text: str) -> bool:
@@ -184,15 +195,20 @@ def test_every_written_file_parses_and_passed_verification(ported: Ported) -> No
         ast.parse(ported.out(entry["local"]), filename=entry["local"])
         check = entry["verification"]
         assert check["parses"] and check["error"] is None, entry["local"]
-        assert check["unresolved"] == [], entry["local"]
-        assert check["unaccounted"] == [], entry["local"]
-        assert check["lost_local"] == [] and check["lost_upstream"] == [], entry["local"]
+        # every list of problems empty: imports resolve, names bound before use, nothing unaccounted or lost
+        problems = {kind: found for kind, found in check.items() if isinstance(found, list) and found}
+        assert problems == {}, entry["local"]
         assert check["passed"], entry["local"]
-        # the conflicts the report lists are the blocks the file shows
-        assert markers(ported.out(entry["local"])) == len(entry["conflicts"]), entry["local"]
     assert ported.report["summary"]["verified"] == len(written)
     assert sum(e["verification"]["imports_checked"] for e in written) > 0
     assert ported.result.summary == ported.report["summary"]
+
+
+def test_the_conflicts_the_report_lists_are_the_blocks_the_files_show(ported: Ported) -> None:
+    shown = {e["local"]: markers(ported.out(e["local"])) for e in ported.written}
+    listed = {e["local"]: len(e["conflicts"]) for e in ported.written}
+    assert shown == listed
+    assert sum(shown.values()) == ported.report["summary"]["conflicts"]
 
 
 def test_fewer_conflicts_and_more_parseable_files_than_git_merge_file(
@@ -202,15 +218,15 @@ def test_fewer_conflicts_and_more_parseable_files_than_git_merge_file(
     ours_blocks = sum(markers(text) for text in ours.values())
     plain = sum(m["merge"].conflicts for m in by_git.values())
     diff3 = sum(m["diff3"].conflicts for m in by_git.values())
-    # measured: port_model 64 blocks; git merge-file -p 78, with --diff3 104 (its level is not zealous then)
+    # measured: port_model 17 blocks in its files; git merge-file -p 50, with --diff3 64 (not zealous then)
     assert ours_blocks < plain
-    assert ours_blocks <= 0.9 * plain, (ours_blocks, plain)
-    assert ours_blocks <= 0.75 * diff3, (ours_blocks, diff3)
-    # measured: all 14 of port_model's outputs parse, 4 of git's (the 4 it merges without a conflict)
+    assert ours_blocks <= 0.6 * plain, (ours_blocks, plain)
+    assert ours_blocks <= 0.5 * diff3, (ours_blocks, diff3)
+    # measured: all 14 of port_model's outputs parse, 6 of git's (the 6 it merges without a conflict)
     ours_parse = sum(parses(text) for text in ours.values())
     git_parse = sum(m["merge"].parses for m in by_git.values())
     assert ours_parse == len(ours)
-    assert git_parse * 2 <= ours_parse, (git_parse, ours_parse)
+    assert git_parse <= ours_parse - 5, (git_parse, ours_parse)
     # where git merges cleanly, port_model finds no conflict either
     clean = [local for local, m in by_git.items() if m["merge"].conflicts == 0]
     assert clean and all(markers(ours[local]) == 0 for local in clean), clean
@@ -259,7 +275,7 @@ def test_no_line_the_fork_added_is_lost(ported: Ported) -> None:
         if missing:
             lost[entry["local"]] = missing[:5]
     assert lost == {}
-    assert added_in_all > 4000  # measured 4864: the check is not vacuous
+    assert added_in_all > 4000  # measured 4856: the check is not vacuous
 
 
 def _classes(text: str) -> list[str]:
@@ -309,6 +325,46 @@ def test_an_extension_leaves_upstreams_classes_upstream(ported: Ported) -> None:
     assert all(shown.endswith("(the local file imports from the upstream module)") for shown in upstream_only)
 
 
+def _methods(node: ast.ClassDef) -> dict[str, str]:
+    return {n.name: ast.dump(n) for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def _inherited_copies(local: str, target: str, output: str, counterpart: str) -> list[str]:
+    """Methods an output class has that its local class does not, equal to the method of the counterpart's
+    class it extends (imported from `counterpart`): code the subclass inherits anyway."""
+    tree = ast.parse(local)
+    imported = {
+        alias.asname or alias.name: alias.name
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == counterpart
+        for alias in node.names
+    }
+    upstream = {n.name: n for n in ast.parse(target).body if isinstance(n, ast.ClassDef)}
+    own = {n.name: _methods(n) for n in tree.body if isinstance(n, ast.ClassDef)}
+    copies: list[str] = []
+    for node in ast.parse(output).body:
+        if not isinstance(node, ast.ClassDef) or node.name not in own:
+            continue
+        extended = [imported[b.id] for b in node.bases if isinstance(b, ast.Name) and imported.get(b.id) in upstream]
+        for name, code in _methods(node).items():
+            copies += [f"{node.name}.{name} = {e}.{name}" for e in extended
+                       if name not in own[node.name] and _methods(upstream[e]).get(name) == code]  # fmt: skip
+    return copies
+
+
+def test_an_extension_does_not_copy_what_its_classes_inherit(ported: Ported) -> None:
+    """E.g. llama_eagle3_vwn.py imports `LlamaDecoderLayer as Eagle3LlamaDecoderLayer` from upstream's
+    llama_eagle3 and extends it; v0.27.1 llama_eagle3.py:35 defines that class, :74 its get_quant_config."""
+    found: dict[str, list[str]] = {}
+    for entry in ported.written:
+        counterpart = entry["upstream"].removesuffix(".py").replace("/", ".")
+        texts = ported.local(entry["local"]), ported.target(entry), ported.out(entry["local"])
+        copies = _inherited_copies(*texts, counterpart)
+        if copies:
+            found[entry["local"]] = copies
+    assert found == {}
+
+
 def _too_early(text: str) -> list[tuple[int, str]]:
     """(line, name) of each name a module-level class or function statement evaluates when the module runs
     (decorators, bases, class keywords; not inside lambdas or comprehensions) that no statement above binds."""
@@ -346,13 +402,11 @@ def _loaded(expressions: list[ast.expr]) -> Iterator[ast.Name]:
         stack.extend(ast.iter_child_nodes(node))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="port_model places the target's `from .deepseek_v2 import` (v0.27.1 deepseek_mtp.py:34, merged with "
-    "the local deepseek_mtp.py:8) after the local classes, so `class AscendGlmMoeDsaForCausalLM("
-    "GlmMoeDsaForCausalLM)` runs before GlmMoeDsaForCausalLM is imported (NameError on import)",
-)
 def test_module_level_names_are_bound_before_the_module_uses_them(ported: Ported) -> None:
+    """E.g. deepseek_mtp.py:52 `class AscendGlmMoeDsaForCausalLM(GlmMoeDsaForCausalLM)` needs its import (:8) above
+    it; the target's counterpart of that import (v0.27.1 deepseek_mtp.py:34, `from .deepseek_v2 import`) comes
+    after `from vllm.sequence import` (:32), the local unit the local classes follow: placed by the target's order
+    alone, the classes land between the two (an earlier port_model did so: NameError on import)."""
     for entry in ported.written:  # the local files themselves bind before use
         assert _too_early(ported.local(entry["local"])) == [], entry["local"]
     early = {e["local"]: _too_early(ported.out(e["local"])) for e in ported.written}
@@ -361,13 +415,13 @@ def test_module_level_names_are_bound_before_the_module_uses_them(ported: Ported
 
 def test_a_vendor_rename_is_applied_to_the_target_class(ported: Ported) -> None:
     entry = ported.entry(V4)
-    assert (entry["base"], entry["base_path"]) == ("v0.25.0", "vllm/models/deepseek_v4/nvidia/model.py")
+    assert (entry["base"], entry["base_path"]) == ("v0.26.0", "vllm/models/deepseek_v4/nvidia/model.py")
     rule = {"kind": "rename", "upstream": "DeepseekV4ForCausalLM", "local": "AscendDeepseekV4ForCausalLM"}
     assert {**rule, "evidence": f"{V4}:1235"} in entry["contract"]["rules"]
-    # deepseek_v4.py:1235 defines the Ascend class; v0.25.0 model.py:1356 the upstream one it stands for
+    # deepseek_v4.py:1235 defines the Ascend class; v0.26.0 model.py:1385 the upstream one it stands for
     assert ported.local(V4).splitlines()[1234].startswith("class AscendDeepseekV4ForCausalLM(nn.Module, SupportsPP,")
     base = ported.base(entry)
-    assert base.splitlines()[1355] == "class DeepseekV4ForCausalLM("
+    assert base.splitlines()[1384] == "class DeepseekV4ForCausalLM("
     assert "DeepseekV4ForCausalLM" not in _classes(ported.local(V4))
     assert "AscendDeepseekV4ForCausalLM" not in base
     # v0.27.1 model.py:1457: the target still defines it under its own name
@@ -396,17 +450,16 @@ def test_a_vendor_import_swap_holds_in_the_output(ported: Ported) -> None:
     assert _imported(out)["get_spec_layer_idx_from_weight_name"] == (1, "deepseek_v4")
     modules = {n.module for n in ast.walk(ast.parse(out)) if isinstance(n, ast.ImportFrom)}
     assert "vllm.model_executor.models.deepseek_v2" not in modules
+    # the local file dropped that statement (the name moved into :28-33): a decision, not a conflict
+    key = "from:vllm.model_executor.models.deepseek_v2"
+    assert key in _keys(entry["symbols"]["removed_local"])
+    assert key not in [c["key"] for c in entry["conflicts"]]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="merge._Merger.from_target compares the base unit with the contract's renames only but the target "
-    "unit with its import swap too, so an import both releases have unchanged (v0.26.0 mtp.py:42 == v0.27.1 "
-    "mtp.py:47) that the local file dropped reads as 'removed locally, changed upstream'",
-)
-def test_an_import_upstream_did_not_change_is_no_conflict(ported: Ported) -> None:
-    keys = [c["key"] for c in ported.entry(V4_MTP)["conflicts"]]
-    assert "from:vllm.model_executor.models.deepseek_v2" not in keys
+def test_an_import_upstream_did_not_change_is_said_unchanged(ported: Ported) -> None:
+    removed = ported.entry(V4_MTP)["symbols"]["removed_local"]
+    (shown,) = [s for s in removed if s.startswith("from:vllm.model_executor.models.deepseek_v2 (")]
+    assert shown.endswith("(the local file removed it; upstream did not change it)")
 
 
 def _relative(text: str) -> set[tuple[int, str]]:
@@ -422,51 +475,108 @@ def test_upstream_relative_imports_are_made_absolute(ported: Ported) -> None:
             with_relative.append(entry["local"])
         # the output's relative imports are the local file's own (deepseek_v4_mtp.py:28), none of the target's
         assert _relative(ported.out(entry["local"])) <= _relative(ported.local(entry["local"])), entry["local"]
-    assert len(with_relative) >= 6  # measured 9 of the 14 targets
-    # v0.27.1 deepseek_mtp.py:40-44 `from .utils import (..., get_spec_layer_idx_from_weight_name, ...)`; the
-    # local file imports other names from that module (deepseek_mtp.py:9); the merged import names it absolutely
-    entry = ported.entry(MTP)
-    target = ported.target(entry).splitlines()
-    assert target[39] == "from .utils import (" and target[41] == "    get_spec_layer_idx_from_weight_name,"
-    assert "get_spec_layer_idx_from_weight_name" not in ported.local(MTP)
-    assert _imported(ported.out(MTP))["get_spec_layer_idx_from_weight_name"] == (0, "vllm.model_executor.models.utils")
+    assert len(with_relative) >= 6  # measured 8 of the 14 targets
+    # v0.27.1 dspark.py:51 `from .model import (` (v0.26.0 dspark.py:44 imported fewer names): the local file
+    # has no such import, the output keeps the target's in a conflict block, spelled from upstream's package
+    # (as `.model` it would read vllm_ascend/models/model.py, which does not exist)
+    entry = ported.entry(DSPARK_V4)
+    assert ported.target(entry).splitlines()[50] == "from .model import ("
+    assert ported.base(entry).splitlines()[43] == "from .model import ("
+    (conflict,) = [c for c in entry["conflicts"] if c["key"] == "from:vllm.models.deepseek_v4.nvidia.model"]
+    assert conflict["local"] == "" and "from vllm.models.deepseek_v4.nvidia.model import (" in conflict["target"]
+    out = ported.out(DSPARK_V4)
+    assert "# | from vllm.models.deepseek_v4.nvidia.model import (" in out.splitlines()
+    assert "from .model import" not in out
+    assert not (ported.repo / "vllm_ascend/models/model.py").exists()
 
 
-def _vendor(path: str) -> str:
+def _vendor_bytes(path: str) -> bytes:
     assert PLUGINS is not None
     with tarfile.open(PLUGINS / VENDOR) as opened:
         member = opened.extractfile(f"vllm-ascend/{path}")
         assert member is not None
-        return member.read().decode()
+        return member.read()
+
+
+def _vendor(path: str) -> str:
+    """The vendor's file as text, its line endings read as `\\n` (as Path.read_text reads them)."""
+    return "\n".join(_vendor_bytes(path).decode().splitlines()) + "\n"
 
 
 def _similarity(a: str, b: str) -> float:
     return difflib.SequenceMatcher(None, a.splitlines(), b.splitlines(), autojunk=False).ratio()
 
 
-def test_the_output_matches_the_vendors_own_port_where_git_does_not(
-    ported: Ported, by_git: dict[str, dict[str, Merged]]
-) -> None:
-    """qwen3_dspark.py:56 extends upstream's Qwen3DSparkForCausalLM (imported at :7); upstream
-    changed its module between v0.26.0 and v0.27.1 (DSparkMarkovHead, the quantization import), and the vendor,
-    porting to v0.27.1 (b4b04c5eb1 Dockerfile:44), left the file as it was: the changes reach it by import."""
+def test_the_vendors_port_to_the_target_kept_the_models_as_they_were(ported: Ported) -> None:
+    """b4b04c5eb1 is the vendor's move to v0.27.1 (Dockerfile:44 there; v0.26.0 in 351879064c): it changed other
+    parts of the plugin and no file under vllm_ascend/models/, so closeness to it is closeness to the fork."""
     fork_docker, vendor_docker = ported.local("Dockerfile").splitlines(), _vendor("Dockerfile").splitlines()
     assert (fork_docker[43], vendor_docker[43]) == ("ARG VLLM_TAG=v0.26.0", "ARG VLLM_TAG=v0.27.1")
-    vendor = _vendor(DSPARK)
-    assert vendor == ported.local(DSPARK)
-    extends = ("from vllm.model_executor.models.qwen3_dspark import Qwen3DSparkForCausalLM",
-               "class AscendQwen3DSparkForCausalLM(Qwen3DSparkForCausalLM):")  # fmt: skip
-    assert (vendor.splitlines()[6], vendor.splitlines()[55]) == extends
-    entry = ported.entry(DSPARK)
+    assert ported.report["files"]
+    for entry in ported.report["files"]:
+        assert _vendor_bytes(entry["local"]) == (ported.repo / entry["local"]).read_bytes(), entry["local"]
+
+
+@pytest.mark.parametrize(
+    ("local", "evidence", "ours_at_least", "git_at_most"),
+    [
+        # qwen3_dspark.py:7 imports upstream's Qwen3DSparkForCausalLM, :56 extends it; upstream changed that
+        # module (DSparkMarkovHead, a quantization import): the changes reach the plugin by import
+        # (measured: port_model 99%, git merge-file 77%, 65% with --diff3)
+        pytest.param(
+            DSPARK,
+            {
+                7: "from vllm.model_executor.models.qwen3_dspark import Qwen3DSparkForCausalLM",
+                56: "class AscendQwen3DSparkForCausalLM(Qwen3DSparkForCausalLM):",
+            },
+            0.97,
+            0.85,
+            id="qwen3_dspark",
+        ),
+        # deepseek_mtp.py:16 extends upstream's DeepSeekMTP, whose load_weights upstream changed; the override
+        # (:36) delegates to it (:43) (measured: port_model 98%, git merge-file 21%, 12% with --diff3)
+        pytest.param(
+            MTP,
+            {
+                16: "class AscendDeepSeekMTP(DeepSeekMTP):",
+                43: "        return super().load_weights(weights_mapper.apply(weights))",
+            },
+            0.95,
+            0.4,
+            id="deepseek_mtp",
+        ),
+    ],
+)
+def test_an_extension_ported_as_the_vendor_did_where_git_does_not(
+    ported: Ported,
+    by_git: dict[str, dict[str, Merged]],
+    local: str,
+    evidence: dict[int, str],
+    ours_at_least: float,
+    git_at_most: float,
+) -> None:
+    vendor = _vendor(local)
+    assert {n: vendor.splitlines()[n - 1] for n in evidence} == evidence
+    entry = ported.entry(local)
     assert entry["upstream_changed"] and entry["status"] == "ported" and entry["conflicts"] == []
-    out = ported.out(DSPARK)
-    assert [line for line in out.splitlines() if line.strip()] == [line for line in vendor.splitlines() if line.strip()]
-    git = by_git[DSPARK]
-    # measured: port_model 99%, git merge-file 77% (65% with --diff3, 3 conflicts, does not parse)
-    assert _similarity(out, vendor) >= 0.97
-    assert _similarity(git["merge"].text, vendor) <= 0.85
-    assert _similarity(git["diff3"].text, vendor) <= 0.85
-    assert git["merge"].conflicts >= 1 and not git["merge"].parses
+    out = ported.out(local)
+    # the vendor's lines, no more and no fewer (their order and blank lines aside)
+    assert Counter(line for line in out.splitlines() if line.strip()) == Counter(
+        line for line in vendor.splitlines() if line.strip()
+    )
+    assert _similarity(out, vendor) >= ours_at_least
+    git = by_git[local]
+    for style in ("merge", "diff3"):
+        assert _similarity(git[style].text, vendor) <= git_at_most, style
+        assert git[style].conflicts >= 1 and not git[style].parses, style
+
+
+def test_the_output_keeps_the_local_files_line_endings(ported: Ported) -> None:
+    crlf = [e["local"] for e in ported.written if b"\r\n" in (ported.repo / e["local"]).read_bytes()]
+    assert crlf == ["vllm_ascend/models/llama_eagle3_vwn.py"]  # the one CRLF file under models/ (`file` says so)
+    for local in crlf:
+        out = (ported.output / local).read_bytes()
+        assert out.count(b"\r\n") == out.count(b"\n"), local
 
 
 def test_the_output_directory_and_its_patch(ported: Ported, tmp_path: Path) -> None:
@@ -489,7 +599,7 @@ def test_the_output_directory_and_its_patch(ported: Ported, tmp_path: Path) -> N
     changed = clean_git(ported.home, ported.repo, "diff", "--cached", "--name-only", "HEAD", extra=index).stdout.split()
     assert changed, "the patch changes nothing"
     for entry in ported.written:
-        applied = clean_git(ported.home, ported.repo, "show", f":{entry['local']}", extra=index).stdout
-        assert applied == ported.out(entry["local"]), entry["local"]
-        assert (entry["local"] in changed) == (ported.local(entry["local"]) != applied), entry["local"]
+        applied = clean_git_bytes(ported.home, ported.repo, "show", f":{entry['local']}", extra=index)
+        assert applied == (ported.output / entry["local"]).read_bytes(), entry["local"]
+        assert (entry["local"] in changed) == ((ported.repo / entry["local"]).read_bytes() != applied), entry["local"]
     assert clean_git(ported.home, ported.repo, "status", "--porcelain").stdout == ""

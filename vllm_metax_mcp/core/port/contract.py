@@ -133,8 +133,8 @@ def derive_swaps(base: dict[str, Binding], local: dict[str, Binding], contract: 
     first: dict[str, Binding] = {}
     for bound, was in base.items():
         now = local.get(bound)
-        if now is None or now.plain or was.plain:
-            continue
+        if now is None or now.plain or was.plain or now.module == now.name or was.module == was.name:
+            continue  # `import a.b as x` against `from a import b`: the same module, spelled two ways
         moved[was.module].add(now.module)
         if now.module != was.module:
             contract.bound_swaps[bound] = Rule("import_swap", was.module, now.module, now.line)

@@ -144,7 +144,8 @@ class _Merger:
 
     def from_target(self, key: str, t: Unit, b: Unit | None, local: Unit | None) -> list[Slot]:
         t_node = self.contracted(key, t)
-        b_node = apply_contract(b.node, self.contract)[0] if b else None
+        # the base is read the way the target is (swaps too), so an import both releases share stays equal
+        b_node = swap_import(apply_contract(b.node, self.contract)[0], self.contract, self.defines)[0] if b else None
         if local is None and self.extension.reuses and key not in self.force:
             self.left_upstream.append((key, _names(t)))
             return self.decide(key, "upstream_only", [], "the local file imports from the upstream module")
@@ -231,9 +232,11 @@ class _Merger:
 
     def lines(self, key: str, b_node: cst.BaseStatement | None, local: Unit, t_node: cst.BaseStatement) -> list[Slot]:
         base_code = render(b_node) if b_node else ""
+        recorded = len(self.result.conflicts)
         merged = self.text(key, base_code, render(local.node), render(t_node))
         node = parse_statement(merged)
         if node is None:
+            del self.result.conflicts[recorded:]  # the hunks of lines that are not kept
             comments = self.conflict(key, render(local.node), render(t_node), base_code, whole=True)
             node = local.node.with_changes(leading_lines=[*_comment_lines(comments), *_leading(local.node)])
             why = "both changed; the merged lines do not parse"
@@ -410,7 +413,9 @@ def merge_file(modules: Sequence[cst.Module], contract: Contract, defines: Defin
     force: frozenset[str] = frozenset()
     for _ in range(FORCE_ROUNDS):  # what a forced unit brings in may use more
         missing = missing_names(module, _names)
-        more = {key for key, names in [*merger.deleted_changed, *merger.left_upstream] if missing(names)}
+        # an extension's class members are inherited from upstream: only its top-level units are added
+        candidates = [*merger.deleted_changed, *((k, n) for k, n in merger.left_upstream if "/" not in k)]
+        more = {key for key, names in candidates if missing(names)}
         if more <= force:
             break
         force |= more
@@ -430,7 +435,9 @@ def _merge_once(
     body, trailing = _statements(slots)
     header = _merged_lines(merger, "header", tuple(m.header for m in modules))
     footer = _merged_lines(merger, "footer", tuple(m.footer for m in modules))
-    module = modules[2].with_changes(header=header, body=body, footer=[*trailing, *footer])
+    module = modules[2].with_changes(
+        header=header, body=body, footer=[*trailing, *footer], default_newline=modules[1].default_newline
+    )
     return merger, _keep_used(merger, module)
 
 
@@ -460,6 +467,6 @@ def _restore_imports(merger: _Merger, module: cst.Module, target: cst.Module) ->
 
 
 def _contracted_sides(base: cst.Module, target: cst.Module, contract: Contract, defines: Defines) -> dict[str, str]:
-    base_body = [apply_contract(node, contract)[0] for node in base.body]
+    base_body = [swap_import(apply_contract(node, contract)[0], contract, defines)[0] for node in base.body]
     target_body = [swap_import(apply_contract(node, contract)[0], contract, defines)[0] for node in target.body]
     return {"base": base.with_changes(body=base_body).code, "target": target.with_changes(body=target_body).code}
