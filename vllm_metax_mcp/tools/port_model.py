@@ -3,8 +3,6 @@ directory (never into the repository)."""
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, Field
 
 from ..core.compare.inputs import target_label
@@ -34,8 +32,7 @@ class PortModelInput(UpstreamArgs):
 
 class PortedFile(BaseModel):
     local: str
-    status: Literal["ported", "conflicts", "unverified", "identical", "local_only", "removed_upstream", "no_base",
-                    "parse_error"]  # fmt: skip
+    status: FileStatus
     base: str | None = None
     conflicts: int = 0
     contract_applied: int = 0

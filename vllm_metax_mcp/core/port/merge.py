@@ -421,9 +421,9 @@ def merge_file(modules: Sequence[cst.Module], contract: Contract, defines: Defin
         force |= more
         merger, module = _merge_once(modules, contract, defines, extension, force)
     sides = _contracted_sides(modules[0], modules[2], contract, defines)
-    module = _restore_imports(merger, module, cst.parse_module(sides["target"]))
+    module = _restore_imports(merger, module, sides["target"])
     merger.result.code = module.code
-    merger.result.measured = {"local": modules[1].code, **sides}
+    merger.result.measured = {"local": modules[1].code, "base": sides["base"].code, "target": sides["target"].code}
     return merger.result
 
 
@@ -466,7 +466,9 @@ def _restore_imports(merger: _Merger, module: cst.Module, target: cst.Module) ->
     return module.with_changes(body=body)
 
 
-def _contracted_sides(base: cst.Module, target: cst.Module, contract: Contract, defines: Defines) -> dict[str, str]:
+def _contracted_sides(
+    base: cst.Module, target: cst.Module, contract: Contract, defines: Defines
+) -> dict[str, cst.Module]:
     base_body = [swap_import(apply_contract(node, contract)[0], contract, defines)[0] for node in base.body]
     target_body = [swap_import(apply_contract(node, contract)[0], contract, defines)[0] for node in target.body]
-    return {"base": base.with_changes(body=base_body).code, "target": target.with_changes(body=target_body).code}
+    return {"base": base.with_changes(body=base_body), "target": target.with_changes(body=target_body)}
