@@ -10,6 +10,7 @@ import anyio
 import pytest
 from helpers import snapshot
 from mcp import Client
+from test_environment import make_venv
 from test_inspect_config import (
     FIXTURES,
     NORM,
@@ -21,8 +22,12 @@ from test_inspect_config import (
     qwen3_next_tensors,
     write_model,
 )
+from workbench import git
 
+from vllm_metax_mcp.core.checkpoint.consumers import directory_tree
 from vllm_metax_mcp.core.foundation.errors import ErrorCode, ToolFailure
+from vllm_metax_mcp.core.foundation.state import StateStore
+from vllm_metax_mcp.core.trim.readers import CACHE_DIR, cache_key, field_readers
 from vllm_metax_mcp.server.app import build_server
 from vllm_metax_mcp.tools import ALL_TOOLS
 from vllm_metax_mcp.tools import plan_trim as tool
@@ -359,6 +364,89 @@ def test_changed_fields_name_their_readers_in_the_recorded_environment(tmp_path:
     assert any(r.startswith("installed_vllm vllm/") for r in readers["compress_ratios"])
     assert not any("read_by is null" in gap for gap in result.evidence_gaps)
     assert str(tmp_path) not in result.model_dump_json()
+    # the second call reads the search from the state directory and answers the same
+    assert len(rt.store.list(CACHE_DIR)) == 1
+    assert plan(tmp_path, {"model": "v4", "plugin_repo": "plugin"}, rt) == result
+    assert len(rt.store.list(CACHE_DIR)) == 1
+
+
+# -- the reader search, cached by content -----------------------------------------------------------
+
+A_READER = "def f(config):\n    return config.first_k_dense_replace\n"
+B_READER = '"""first_k_dense_replace, named in a docstring only."""\nKEYS = ["n_routed_experts"]\n'
+
+
+def test_the_reader_search_is_kept_by_the_trees_content(tmp_path: Path) -> None:
+    """Cold, warm and uncached searches agree; a new field is the only one searched; any change of the
+    bytes, the files or the label is another key; an unreadable entry is searched again."""
+    code = tmp_path / "code"
+    (code / "pkg").mkdir(parents=True)
+    (code / "pkg/a.py").write_text(A_READER)
+    (code / "pkg/b.py").write_text(B_READER)
+    store = StateStore(tmp_path / "state")
+    fields = ["first_k_dense_replace", "text_config.n_routed_experts", "n_routed_experts"]
+    expected = {
+        "first_k_dense_replace": ["t pkg/a.py:2"],
+        "text_config.n_routed_experts": ["t pkg/b.py:2"],
+        "n_routed_experts": ["t pkg/b.py:2"],
+    }
+
+    def search(label: str = "t", names: list[str] = fields) -> tuple[dict[str, list[str]], int]:
+        found = field_readers(store, [directory_tree(label, code, "pkg")], names)
+        return found.readers, found.searched
+
+    uncached = field_readers(None, [directory_tree("t", code, "pkg")], fields)
+    assert (uncached.readers, uncached.searched) == (expected, 2)
+    assert search() == (expected, 2) and search() == (expected, 0)
+    assert search(names=[*fields, "num_hidden_layers"]) == ({**expected, "num_hidden_layers": []}, 1)
+    assert search("other") == ({name: [f"other {r[0][2:]}"] for name, r in expected.items()}, 2)
+
+    (code / "pkg/a.py").write_text("\n" + A_READER)  # the same reads one line lower
+    assert search() == ({**expected, "first_k_dense_replace": ["t pkg/a.py:3"]}, 2)
+    (code / "pkg/c.py").write_text("x = 1\n")  # a file that reads nothing still changes the key
+    assert search()[1] == 2
+    (code / "pkg/c.py").unlink()
+    (code / "pkg/a.py").write_text(A_READER)  # back to the first content: its entry answers again
+    assert search() == (expected, 0)
+
+    key = cache_key([directory_tree("t", code, "pkg")])
+    store.path(f"{CACHE_DIR}/{key}.json").write_text("{not json")
+    assert search() == (expected, 2) and search() == (expected, 0)
+
+
+def test_a_second_plan_with_a_record_reads_the_cached_readers_and_an_edit_invalidates_them(tmp_path: Path) -> None:
+    """The whole tool with a real record (a bare interpreter): the second call answers from the state
+    directory (an entry changed there shows in its answer), and editing the plugin's code answers anew."""
+    rt = established_plugin(tmp_path, make_venv(tmp_path.parent / f"{tmp_path.name}.venv"))
+    models = tmp_path / "plugin/vllm_metax/models"
+    models.mkdir()
+    (models / "v4.py").write_text(
+        "class Model:\n    def __init__(self, config):\n        self.n = config.num_hash_layers\n"
+    )
+    git(tmp_path / "plugin", "add", "-A")
+    git(tmp_path / "plugin", "commit", "-qm", "a model")
+    write_model(tmp_path / "v4", fixture("v4"))
+    arguments = {"model": "v4", "plugin_repo": "plugin", "subject": "worktree"}
+
+    def read_by(result: tool.PlanTrimOutput) -> list[str] | None:
+        return next(c.read_by for c in result.config_changes if c.field == "num_hash_layers")
+
+    cold = plan(tmp_path, arguments, rt)
+    assert read_by(cold) == ["plugin vllm_metax/models/v4.py:3"]
+    assert plan(tmp_path, arguments, rt) == cold
+    [entry] = rt.store.list(CACHE_DIR)
+    document = rt.store.read(f"{CACHE_DIR}/{entry}")
+    rt.store.write(f"{CACHE_DIR}/{entry}", {**document, "readers": {**document["readers"], "num_hash_layers": []}})
+    assert read_by(plan(tmp_path, arguments, rt)) == []  # the answer came from the state directory
+
+    (models / "v4.py").write_text(
+        "class Model:\n    def __init__(self, config):\n\n        self.n = config.num_hash_layers\n"
+    )
+    edited = plan(tmp_path, arguments, rt)
+    assert read_by(edited) == ["plugin vllm_metax/models/v4.py:4"] and len(rt.store.list(CACHE_DIR)) == 2
+    assert edited.model_dump(exclude={"config_changes", "result_id"}) == cold.model_dump(
+        exclude={"config_changes", "result_id"}
+    )
 
 
 def test_related_trimmed_examples_of_the_plugin_are_listed(tmp_path: Path) -> None:

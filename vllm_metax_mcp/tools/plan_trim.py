@@ -29,7 +29,7 @@ def plan_trim(args: PlanTrimInput, env: ToolEnv) -> PlanTrimOutput:
         evidence = checkpoint_evidence(plugin_access(args, env), env.policy, env.store, args.model, args.model_revision)
     with phase("choosing the layers", 0.15):
         plan = make_plan(Source.of(evidence, env.policy), args.trim_request())
-    output = plan_trim_output(plan, plan_context(evidence, plan, env.policy, args.plugin_repo))
+    output = plan_trim_output(plan, plan_context(evidence, plan, env.policy, args.plugin_repo, env.store))
     output.next_step = NextCall(
         tool="trim_model",
         arguments=given_arguments(args, output=fresh_output(env, args.model)),

@@ -8,17 +8,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint.consumers import SourceTree, find_consumers
+from ..checkpoint.consumers import SourceTree
 from ..checkpoint.evidence import CheckpointEvidence
 from ..checkpoint.findings import Finding
 from ..foundation.errors import ToolFailure
 from ..foundation.policy import Policy, is_within
+from ..foundation.state import StateStore
 from ..sources.environment import EnvironmentRecord
 from ..sources.hub import ModelLocation
 from .assets import related_examples
 from .plan import Plan
+from .readers import field_readers
 
-READERS_PER_FIELD = 3
 EXAMPLES_DIR = "tools/batched_test/models"
 
 
@@ -64,13 +65,6 @@ def _transformers_configs(record: EnvironmentRecord | None, policy: Policy) -> S
     return SourceTree("installed_transformers", tuple(found))
 
 
-def _readers(field: str, trees: list[SourceTree]) -> list[str] | None:
-    if not trees:
-        return None
-    locations, _ = find_consumers(trees, field.rsplit(".", 1)[-1], READERS_PER_FIELD)
-    return [f"{loc.tree} {loc.path}:{loc.line}" for loc in locations]
-
-
 def _examples(plugin_repo: str, raw: dict[str, Any], policy: Policy) -> list[str]:
     try:
         models = policy.readable(Path(plugin_repo) / EXAMPLES_DIR)
@@ -79,17 +73,24 @@ def _examples(plugin_repo: str, raw: dict[str, Any], policy: Policy) -> list[str
     return [f"{EXAMPLES_DIR}/{name}" for name in related_examples(models, raw, policy)]
 
 
-def plan_context(evidence: CheckpointEvidence, plan: Plan, policy: Policy, plugin_repo: str) -> PlanContext:
-    """Consumer code is searched in the evidence's trees plus transformers' config modules (with a record)."""
+def plan_context(
+    evidence: CheckpointEvidence, plan: Plan, policy: Policy, plugin_repo: str, store: StateStore | None = None
+) -> PlanContext:
+    """Consumer code is searched in the evidence's trees plus transformers' config modules (with a record);
+    with a store, the answers are kept there by content (core/trim/readers.py)."""
     trees = list(evidence.trees)
     extra = _transformers_configs(evidence.record, policy) if trees else None
     trees += [extra] if extra else []
     gaps = list(evidence.gaps)
-    if not trees:
+    fields = [change.field for change in plan.changes]
+    readers: dict[str, list[str] | None] = dict.fromkeys(fields)
+    if trees:
+        readers.update(field_readers(store, trees, fields).readers)
+    else:
         gaps.append("No consumer code searched (no environment record): read_by is null for every changed field.")
     return PlanContext(
         model=model_label(evidence.location, policy),
-        readers={change.field: _readers(change.field, trees) for change in plan.changes},
+        readers=readers,
         examples=_examples(plugin_repo, evidence.raw, policy),
         findings=evidence.findings,
         gaps=gaps,
