@@ -12,6 +12,7 @@ Modules:
 - `assets`: the tokenizer/processor assets a dummy load needs, smoke case needs, related examples.
 - `cases`: the smoke-case file format (smoke_cases.yaml and tools/batched_test files); run_smoke_test reads it.
 - `report`: what a plan shows beside itself: model label, readers of changed fields, examples.
+- `readers`: the search for the code that reads each changed field, kept by the searched trees' content.
 - `output`: the manifest, the validating run_smoke_test call, and the dummy output.
 - `weight_map`: which source tensors a real trim keeps, under which names, in which output shard.
 - `real_checks`: every check of a real-weight trim that refuses before a byte is written.
