@@ -553,7 +553,8 @@ def test_review_mode_leaves_the_repositories_byte_identical(workspace: dict[str,
 
 def test_a_second_run_parses_nothing(workspace: dict[str, Any], at_026: Any) -> None:
     again = run(workspace, detail="symbols")
-    assert again.parsed == 0 and again.cache_hits == again.modules_indexed
+    # modules are read only when the pairing looks into them, so hits count those, not the whole tree
+    assert again.parsed == 0 and 0 < again.cache_hits < again.modules_indexed
     assert [p.model_dump() for p in again.pairs] == [p.model_dump() for p in at_026.pairs]
 
 

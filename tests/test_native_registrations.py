@@ -21,6 +21,9 @@ from vllm_metax_mcp.core.code.build_files import BuiltExtension, EnvSwitch, Prec
 from vllm_metax_mcp.core.code.codebase import Codebase
 from vllm_metax_mcp.core.code.module_index import ModuleIndex, RecordCache
 from vllm_metax_mcp.core.code.op_scanners import (
+    LIBRARY_FORMS,
+    PYTHON_NEEDLES,
+    QUALIFIED_FORMS,
     OpRegistration,
     PythonOpFacts,
     native_registrations,
@@ -797,3 +800,15 @@ def test_cmake_targets_of_the_project_merge_with_setup_declarations(tmp_path: Pa
         ),
     ]  # not: third_party/ and tests/ targets, stray/ (no add_subdirectory reaches it), CMAKE_TOP:7 a SHARED library
     assert facts.gaps == []
+
+
+def test_a_file_without_the_needles_holds_nothing_the_python_scan_finds() -> None:
+    """The scan skips files holding none of PYTHON_NEEDLES, so every name a registration is found by
+    (a `Library` method, a `torch.library` function, vLLM's direct helper) must contain a needle, or
+    be one of the bare `define`/`impl`, which a file imports from `torch.library` (needle `library`)."""
+    needles = [n.decode().strip(".(") for n in PYTHON_NEEDLES]
+    names = {*QUALIFIED_FORMS, *LIBRARY_FORMS, "direct_register_custom_op", "Library"}
+    uncovered = {name for name in names if not any(needle in name for needle in needles)}
+    assert uncovered <= {"define", "impl"} and {".define(", ".impl(", "library"} <= {n.decode() for n in PYTHON_NEEDLES}
+    assert scan_python(b"import torch\nx = torch.ops.vllm.rms_norm(y)\n")["uses"] == [["vllm.rms_norm", 2]]
+    assert scan_python(b"def register_buffer():\n    pass\n") == {}, "a needle-free file is not parsed"

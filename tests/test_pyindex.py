@@ -15,8 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from vllm_metax_mcp.core.code.blob_store import MAX_BUNDLES
+from vllm_metax_mcp.core.code.dispatch import walk_nodes
 from vllm_metax_mcp.core.code.module_index import (
-    MAX_BUNDLES,
     ModuleIndex,
     ModuleRecord,
     RecordCache,
@@ -311,9 +312,7 @@ def test_damaged_cache_files_are_misses(tmp_path: Path) -> None:
     store = StateStore(tmp_path / "state")
     paths = subject.list("pkg/")
     expected = {p: _snapshot(r) for p, r in RecordCache(store).get_many(subject, paths).items()}
-    root = RecordCache(store).root
-    for bundle in (root / "trees").iterdir():
-        bundle.write_text("")
+    root = RecordCache(store).blobs.root
     for shard in sorted((root / "blobs").iterdir())[:20]:
         data = shard.read_bytes()
         shard.write_bytes(data[: len(data) // 2] + b"\xff")  # cut mid-line, as a crash would
@@ -338,24 +337,55 @@ def test_index_resolves_relative_imports_and_re_exports(tmp_path: Path) -> None:
     assert index.resolve_symbol("pkg", "mod1") == ("pkg.mod1", None)
 
 
-def test_only_the_most_recently_used_bundles_are_kept(tmp_path: Path) -> None:
+def _outline_rows(cache: RecordCache, subject: DirectorySubject) -> dict[str, Any]:
+    shas = {path: subject.sha(path) for path in subject.list("pkg/")}
+    return {p: (o.definitions, o.imports, o.exact) for p, o in cache.outlines(subject, shas).items()}
+
+
+def test_only_the_most_recently_used_outline_bundles_are_kept(tmp_path: Path) -> None:
     top = tmp_path / "tree"
     subject = _write_tree(top, _plain_tree(tmp_path, 70))
     store = StateStore(tmp_path / "state")
     first = RecordCache(store)
-    first.get_many(subject, subject.list("pkg/"))
-    bundles = first.root / "trees"
+    expected, original_bytes = _outline_rows(first, subject), (top / "pkg/mod3.py").read_bytes()
+    bundles = first.outline_blobs.root / "trees"
     [original] = list(bundles.iterdir())
     for version in range(MAX_BUNDLES + 2):
         (top / "pkg/mod3.py").write_text(f"import json  # version {version}\n")
-        changed = DirectorySubject(top)
-        RecordCache(store).get_many(changed, changed.list("pkg/"))
+        _outline_rows(RecordCache(store), DirectorySubject(top))
         if version == 3:
             os.utime(original, (time.time() + 60, time.time() + 60))  # the original tree is read again meanwhile
     kept = list(bundles.iterdir())
     assert len(kept) == MAX_BUNDLES and original in kept
     (top / "pkg/mod3.py").write_text("import json  # version 0\n")
-    pruned = RecordCache(store)
-    records = pruned.get_many(DirectorySubject(top), DirectorySubject(top).list("pkg/"))
-    assert pruned.misses == 0, "a pruned bundle's records still come from the shards"
-    assert [i.module for i in records["pkg/mod3.py"].imports] == ["json"]
+    pruned = _outline_rows(RecordCache(store), DirectorySubject(top))
+    assert pruned["pkg/mod3.py"][1][0].module == "json", "a pruned bundle's outlines still come from the shards"
+    (top / "pkg/mod3.py").write_bytes(original_bytes)
+    assert _outline_rows(RecordCache(store), DirectorySubject(top)) == expected
+
+
+def test_an_index_parses_only_the_modules_a_call_reads(tmp_path: Path) -> None:
+    subject = _write_tree(tmp_path / "tree", _plain_tree(tmp_path, 80))
+    cache = RecordCache(StateStore(tmp_path / "state"))
+    index = ModuleIndex()
+    index.add_tree("upstream", subject, cache, ["pkg/"])
+    assert cache.misses == 0 and len(index.modules) == 82
+    module = index.get("pkg.mod7")
+    assert module is not None and [d.name for d in module.record.definitions] == ["Thing7"]
+    assert cache.misses == 1
+    outlines = index.outlines("upstream")
+    assert cache.misses == 1 and set(outlines) == set(index.modules)
+    assert [(d.name, d.kind, d.base_tails) for d in outlines["pkg.mod7"].definitions] == [
+        ("Thing7", "class", ("Base",))
+    ]
+    index.load(index.modules.values())
+    assert cache.misses == 82, "the other 81 are parsed in one batch; the one already read is not parsed again"
+    plugin = ModuleIndex()
+    plugin_cache = RecordCache(StateStore(tmp_path / "plugin-state"))
+    plugin.add_tree("plugin", subject, plugin_cache, ["pkg/"])
+    assert plugin_cache.misses == 82, "a plugin's records are read when added (its parse errors are reported)"
+
+
+def test_walk_nodes_visits_what_ast_walk_visits_in_its_order() -> None:
+    tree = ast.parse(SAMPLE)
+    assert [id(n) for n in walk_nodes(tree)] == [id(n) for n in ast.walk(tree)]

@@ -126,7 +126,8 @@ def test_depth_bounds_the_walk_and_the_second_call_hits_the_cache(workspace: dic
     shallow = trace(workspace, depth=1)
     assert max(row.depth for row in shallow.inventory) <= 2  # symbol rows sit one hop below their module
     again = trace(workspace, depth=1)
-    assert again.parsed == 0 and again.cache_hits == again.modules_indexed
+    # only the modules the walk and its checks look into are read, and none is parsed again
+    assert again.parsed == 0 and 0 < again.cache_hits < again.modules_indexed
 
 
 def test_consumers_of_a_shared_helper(workspace: dict[str, Any]) -> None:

@@ -7,8 +7,12 @@ Modules:
 - `import_scan`: the statements of a file that import (under their guards, inside functions, under
   `TYPE_CHECKING`) and the module-loader calls whose names its literals decide.
 - `literals`: the strings a file's own literals decide (module names, load paths).
-- `module_index`: the records of whole trees, cached by blob sha (shards and per-tree bundles), and
-  the module index that resolves names and relative imports across them.
+- `outline`: a file's top-level classes and functions and its import lines without `ast`: the
+  whole-tree pass, checked against `ast` on real releases.
+- `module_index`: the module index of whole trees: outlines for every file, full records made when a
+  call looks into a module; it resolves names and relative imports across them.
+- `blob_store`: per-blob scan results in the state directory (shards and per-tree bundles), scanned
+  in worker processes when many miss.
 - `fact_cache`: small per-file JSON facts of the mechanism scanners, cached by blob sha.
 - `dispatch`: which branch of import-time platform dispatch an out-of-tree platform takes.
 - `codebase`: the plugin and upstream indexed together: where a name really comes from, what a

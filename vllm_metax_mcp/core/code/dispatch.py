@@ -19,6 +19,28 @@ OUT_OF_TREE_FACTS = {"is_out_of_tree": True}
 """The one predicate an out-of-tree platform answers yes to; every other `is_*` is no."""
 
 
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def walk_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node under `tree`, in `ast.walk`'s order, at a fraction of its cost (no generator per
+    node; each node type's fields looked up once). For scans over a whole tree's files."""
+    queue: list[object] = [tree]
+    append, extend = queue.append, queue.extend
+    for current in queue:
+        kind = current.__class__
+        fields = _FIELDS.get(kind)
+        if fields is None:
+            fields = _FIELDS[kind] = getattr(kind, "_fields", ()) if issubclass(kind, ast.AST) else ()
+        for name in fields:
+            value = getattr(current, name, None)
+            if value.__class__ is list:
+                extend(value)
+            elif isinstance(value, ast.AST):
+                append(value)
+    return [node for node in queue if isinstance(node, ast.AST)]
+
+
 def dotted(node: ast.AST) -> str | None:
     """`a.b.c` for Name/Attribute chains, None for anything else."""
     parts: list[str] = []

@@ -1,42 +1,32 @@
 """The Python module index: per file, what it imports (under which guard), defines and uses.
 
-Scanning is `ast` only (`scanner`). A file's record depends only on its bytes, so records are
-cached in the state directory by blob sha, as the JSON rows `scanner` produces, and misses are
-parsed in worker processes. A request for a whole tree also keeps one bundle of all its records,
-keyed by the set of blob shas, so indexing the same tree again reads one file instead of one per
-module, and decodes the bulk of a record (definitions, names used) only for the modules a tool
-looks into. Relative imports are kept raw in the record and resolved against the module's name
-when the index is assembled.
+Adding a tree lists its files and blob ids; a module's full record (`scanner`, `ast`) is made
+when a call first looks into it, so a call parses only what it reads. Walks over a whole tree
+read the outline instead (`outline`: top-level classes and functions, import lines; no `ast`),
+made for every file of a side at once. Both depend only on a file's bytes, so both are cached in
+the state directory by blob sha (`blob_store`); the bulk of a record (definitions, names used) is
+decoded on first use. Relative imports are kept raw in the record and resolved against the
+module's name when the index is assembled.
 """
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
-import os
-from collections.abc import Iterable, Iterator, Mapping
-from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 from typing import Literal
 
-from ..foundation.atomic import write_bytes_atomic
-from ..foundation.progress import advancing
 from ..foundation.state import StateStore
 from ..sources.subjects import Subject
+from .blob_store import BUNDLE_THRESHOLD, BlobStore, bundle_key, collection_paused, scan_all
 from .import_scan import Branch, ImportKind
+from .outline import Outline, OutlineDefinition, OutlineImport, outline
 from .scanner import DetailRow, GraphRow, scan_row
 
 RECORD_VERSION = 7
-PARALLEL_THRESHOLD = 64
-BUNDLE_THRESHOLD = 64
-"""Requests for at least this many blobs (a tree, not a lookup) are also kept as one bundle."""
-MAX_BUNDLES = 8
-"""Bundles kept, most recently used first (one is about 14 MB for the vLLM tree); a tree whose bundle
-was pruned reads its records from the shards again."""
+OUTLINE_VERSION = 1
 
 Side = Literal["plugin", "upstream"]
 """Which tree a module of an index comes from: the plugin subject or upstream vLLM."""
@@ -75,19 +65,6 @@ class Definition:
     method does not also mark its class as changed."""
 
 
-@contextmanager
-def _collection_paused() -> Iterator[None]:
-    """Decoding many small containers makes the cycle collector run over and over for nothing
-    (rows and syntax trees hold no cycles); pause it meanwhile."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 class ModuleRecord:
     """One file's record. The part a walk over the whole tree reads (imports, guards, exports,
     errors) is decoded when the record is loaded; definitions and names used are decoded, and every
@@ -105,7 +82,7 @@ class ModuleRecord:
     @property
     def detail(self) -> DetailRow:
         if self._detail is None:
-            with _collection_paused():
+            with collection_paused():
                 self._detail = json.loads(self._detail_text)
         return self._detail
 
@@ -176,8 +153,8 @@ def scan_source(source: bytes, answers: Mapping[str, bool] | None = None) -> Mod
 
 def _decode(stored: str, whole: bool) -> ModuleRecord | None:
     """A stored record, or None when the text is not one (a line cut short by a crash or being
-    appended right now). `whole` decodes the bulk now too, for text that was not written in one
-    atomic rename; a bundle's lines leave it for first use."""
+    appended right now). `whole` decodes the bulk now too, to find such a line; otherwise the bulk
+    is decoded on first use."""
     graph_text, _, detail_text = stored.partition("\t")
     try:
         graph = json.loads(graph_text)
@@ -193,137 +170,100 @@ def _decode(stored: str, whole: bool) -> ModuleRecord | None:
     return ModuleRecord(graph, detail, detail_text)
 
 
-def _scan(item: tuple[str, bytes], answers: dict[str, bool]) -> str:
+def _scan(source: bytes, answers: dict[str, bool]) -> str:
     """Worker side: one blob's record as the cache stores it."""
-    graph, detail = scan_row(item[1], answers)
+    graph, detail = scan_row(source, answers)
     return f"{json.dumps(graph, separators=(',', ':'))}\t{json.dumps(detail, separators=(',', ':'))}"
 
 
-def _append(path: Path, data: bytes) -> None:
-    """Append in one write to an O_APPEND file, which keeps concurrent appenders' lines apart; a
-    line that still comes out damaged (a crash, a short write) only reads back as a miss."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        while data:
-            data = data[os.write(handle, data) :]
-    finally:
-        os.close(handle)
+def _outline_text(source: bytes) -> str:
+    found = outline(source)
+    definitions = [[d.name, d.kind, d.line, list(d.base_tails)] for d in found.definitions]
+    imports = [[i.module, list(i.names), i.line] for i in found.imports]
+    return json.dumps([definitions, imports, found.exact], separators=(",", ":"))
 
 
-def _touch(path: Path) -> None:
-    try:
-        os.utime(path)
-    except OSError:
-        pass  # pruned meanwhile by another process: it is written again next time
-
-
-def _prune(directory: Path, keep: int) -> None:
-    """Remove all but the `keep` most recently used files of a directory."""
-    dated = []
-    for path in directory.iterdir():
-        try:
-            dated.append((path.stat().st_mtime, path))
-        except OSError:
-            continue
-    for _, path in sorted(dated, reverse=True)[keep:]:
-        path.unlink(missing_ok=True)
+def _outline_of(text: str) -> Outline:
+    definitions, imports, exact = json.loads(text)
+    return Outline(
+        [OutlineDefinition(name, kind, line, tuple(tails)) for name, kind, line, tails in definitions],
+        [OutlineImport(module, tuple(names), line) for module, names, line in imports],
+        exact,
+    )
 
 
 class RecordCache:
-    """Module records keyed by (blob sha, platform answers) in the state directory.
-
-    Records are appended to one of 256 shard files by the first two hex digits of the blob sha
-    (`blobs/ab.rec`, lines of `sha<TAB>record`), not written one file per blob: creating 2,000
-    small files took a tenth of a cold index of the vLLM tree. A request for a whole tree also
-    writes a bundle of exactly its records (`trees/<key>.rec`), replaced atomically, which is all
-    a second index of that tree reads.
+    """Module records and outlines keyed by blob sha (and, for records, the platform answers) in the
+    state directory (`blob_store`). Records are parsed when first asked for, one module at a time or
+    in parallel for a batch; outlines are made for whole trees and also kept as a bundle per tree.
     """
 
     def __init__(self, store: StateStore, answers: Mapping[str, bool] | None = None) -> None:
         self.store = store
         self.answers = dict(answers or {})
         salt = hashlib.sha1(json.dumps([RECORD_VERSION, sorted(self.answers.items())]).encode()).hexdigest()[:8]
-        self.root = store.path(f"cache/pyindex/{salt}")
+        self.blobs = BlobStore(store.path(f"cache/pyindex/{salt}"))
+        self.outline_blobs = BlobStore(store.path(f"cache/outlines-v{OUTLINE_VERSION}"))
         self.memory: dict[str, ModuleRecord] = {}
         """Records already loaded in this process, so trees sharing blobs (releases) read each once."""
+        self._outlines: dict[str, Outline] = {}
         self.hits = 0
         self.misses = 0
-
-    def _shard(self, prefix: str) -> Path:
-        return self.root / "blobs" / f"{prefix}.rec"
-
-    def _bundle(self, shas: set[str]) -> Path:
-        key = hashlib.sha1("\n".join(sorted(shas)).encode()).hexdigest()
-        return self.root / "trees" / f"{key}.rec"
 
     def get_many(self, subject: Subject, paths: list[str], workers: int = 2) -> dict[str, ModuleRecord]:
         entries = subject.entries()
         shas = {path: entry.sha if (entry := entries.get(path)) else subject.sha(path) for path in paths}
-        unique = set(shas.values())
-        wanted = unique - self.memory.keys()
-        bundle = self._bundle(unique) if len(unique) >= BUNDLE_THRESHOLD else None
-        stored: dict[str, str] = {}
-        """What this call read or scanned, as stored, so a new bundle needs no re-encoding."""
-        with _collection_paused():
-            if wanted and bundle is not None:
-                self._read(bundle, wanted, stored, whole=False)
-            bundled = wanted <= stored.keys()
-            for prefix in sorted({sha[:2] for sha in wanted - stored.keys()}):
-                self._read(self._shard(prefix), wanted, stored, whole=True)
-            parse = {sha: path for path, sha in shas.items() if sha in wanted and sha not in stored}
-            if parse:
-                self._parse(subject, parse, workers, stored)
-        if bundle is not None and bundled:
-            _touch(bundle)
-        elif bundle is not None:
-            write_bytes_atomic(
-                bundle,
-                "".join(f"{sha}\t{self._stored(sha, stored)}\n" for sha in sorted(unique)).encode(),
-                durable=False,
-            )
-            _prune(bundle.parent, MAX_BUNDLES)
+        self.load(subject, shas, workers)
+        return {path: self.memory[sha] for path, sha in shas.items()}
+
+    def load(self, subject: Subject, shas: Mapping[str, str], workers: int = 2) -> None:
+        """Have the record of every (path, sha) in memory: from the shards, else parsed."""
+        wanted = set(shas.values()) - self.memory.keys()
+        if not wanted:
+            self.hits += len(shas)
+            return
+        with collection_paused():
+            self.blobs.read(wanted, accept=self._accept)
+        parse = {sha: path for path, sha in shas.items() if sha in wanted and sha not in self.memory}
+        if parse:
+            sources = subject.read_many(parse.values())
+            items = [(sha, sources[path]) for sha, path in parse.items()]
+            scanned = scan_all(items, partial(_scan, answers=self.answers), f"parsing {len(items)} modules", workers)
+            self.blobs.append(scanned)
+            with collection_paused():
+                for sha, text in scanned.items():
+                    graph, _, detail = text.partition("\t")
+                    self.memory[sha] = ModuleRecord(json.loads(graph), detail_text=detail)
         misses = sum(1 for sha in shas.values() if sha in parse)
         self.misses += misses
         self.hits += len(shas) - misses
-        return {path: self.memory[sha] for path, sha in shas.items()}
 
-    def _stored(self, sha: str, stored: dict[str, str]) -> str:
-        return stored.get(sha) or self.memory[sha].stored()
+    def _accept(self, sha: str, text: str) -> bool:
+        record = _decode(text, whole=True)
+        if record is not None:
+            self.memory[sha] = record
+        return record is not None
 
-    def _read(self, path: Path, wanted: set[str], stored: dict[str, str], whole: bool) -> None:
-        """Take the wanted records from a bundle or shard file; a damaged line is a miss (records
-        are written as ASCII JSON, so a byte cut short is replaced and fails to decode)."""
-        try:
-            lines = path.read_bytes().decode("ascii", errors="replace").split("\n")
-        except OSError:
-            return
-        for line in lines:
-            sha, _, text = line.partition("\t")
-            if sha in wanted and sha not in stored and (record := _decode(text, whole)) is not None:
-                self.memory[sha], stored[sha] = record, text
-
-    def _parse(self, subject: Subject, parse: dict[str, str], workers: int, stored: dict[str, str]) -> None:
-        """Scan the blobs no record was found for (biggest first, so the workers finish together)
-        and append them to their shards."""
-        sources = subject.read_many(parse.values())
-        items = sorted(((sha, sources[path]) for sha, path in parse.items()), key=lambda item: -len(item[1]))
-        scan = partial(_scan, answers=self.answers)
-        what = f"parsing {len(items)} modules"
-        if len(items) >= PARALLEL_THRESHOLD and workers > 1:
-            with ProcessPoolExecutor(max_workers=workers, initializer=gc.disable) as pool:
-                scanned = list(
-                    advancing(pool.map(scan, items, chunksize=max(1, len(items) // (workers * 32))), len(items), what)
-                )
-        else:
-            scanned = [scan(item) for item in advancing(items, len(items), what)]
-        shards: dict[str, list[str]] = {}
-        for (sha, _), text in zip(items, scanned, strict=True):
-            graph, _, detail = text.partition("\t")
-            self.memory[sha], stored[sha] = ModuleRecord(json.loads(graph), detail_text=detail), text
-            shards.setdefault(sha[:2], []).append(f"{sha}\t{text}\n")
-        for prefix, lines in shards.items():
-            _append(self._shard(prefix), "".join(lines).encode())
+    def outlines(self, subject: Subject, shas: Mapping[str, str]) -> dict[str, Outline]:
+        """The outline of every (path, sha), by path: a tree's are read as one bundle once made."""
+        unique = set(shas.values()) - self._outlines.keys()
+        if unique:
+            key = bundle_key(unique) if len(unique) >= BUNDLE_THRESHOLD else None
+            stored = self.outline_blobs.read(unique, key)
+            missing = {sha: path for path, sha in shas.items() if sha in unique and sha not in stored}
+            if missing:
+                sources = subject.read_many(missing.values())
+                items = [(sha, sources[path]) for sha, path in missing.items()]
+                scanned = scan_all(items, _outline_text, f"outlining {len(items)} modules")
+                self.outline_blobs.append(scanned)
+                stored.update(scanned)
+            if key is not None and (missing or not self.outline_blobs.has_bundle(key)):
+                self.outline_blobs.keep_bundle(key, stored)
+            elif key is not None:
+                self.outline_blobs.touch_bundle(key)
+            with collection_paused():
+                self._outlines.update((sha, _outline_of(text)) for sha, text in stored.items())
+        return {path: self._outlines[sha] for path, sha in shas.items()}
 
 
 # -- the assembled index ---------------------------------------------------------------------
@@ -340,13 +280,61 @@ def module_name(path: str) -> str | None:
     return ".".join(parts)
 
 
-@dataclass
+def _record_outline(record: ModuleRecord) -> Outline:
+    """The outline of a parsed file, for one the outline pass cannot vouch for."""
+    definitions = [
+        OutlineDefinition(d.name, d.kind, d.line, tuple(b.split("[")[0].rpartition(".")[2] for b in d.bases))
+        for d in record.definitions
+        if d.kind != "assignment"
+    ]
+    imports = [OutlineImport(i.module, tuple(n for n, _ in i.names), i.line) for i in record.imports]
+    return Outline(definitions, imports)
+
+
+class _Tree:
+    """One subject added to an index: where its modules' records and outlines come from."""
+
+    def __init__(self, subject: Subject, cache: RecordCache, shas: dict[str, str]) -> None:
+        self.subject, self.cache, self.shas = subject, cache, shas
+        self.modules: dict[str, IndexedModule] = {}
+
+    def record(self, path: str) -> ModuleRecord:
+        sha = self.shas[path]
+        if sha not in self.cache.memory:
+            self.cache.load(self.subject, {path: sha})
+        return self.cache.memory[sha]
+
+
 class IndexedModule:
-    name: str
-    side: Side
-    path: str
-    is_package: bool
-    record: ModuleRecord
+    """A module of an index. Its record is read or parsed when first used, so a call pays for the
+    modules it looks into; `ModuleIndex.load` reads many at once."""
+
+    __slots__ = ("_record", "_tree", "is_package", "name", "path", "side")
+
+    def __init__(
+        self,
+        name: str,
+        side: Side,
+        path: str,
+        is_package: bool,
+        record: ModuleRecord | None = None,
+        tree: _Tree | None = None,
+    ) -> None:
+        self.name, self.side, self.path, self.is_package = name, side, path, is_package
+        self._record, self._tree = record, tree
+
+    @property
+    def record(self) -> ModuleRecord:
+        if self._record is None:
+            assert self._tree is not None, "a module is built with its record or its tree"
+            self._record = self._tree.record(self.path)
+        return self._record
+
+    @property
+    def is_read(self) -> bool:
+        """Whether the record is in this process already (reading it costs nothing more)."""
+        tree = self._tree
+        return self._record is not None or tree is None or tree.shas[self.path] in tree.cache.memory
 
     def absolute(self, written: str) -> str:
         """Resolve a relative import target against this module's package."""
@@ -364,14 +352,52 @@ class ModuleIndex:
 
     def __init__(self) -> None:
         self.modules: dict[str, IndexedModule] = {}
+        self._trees: dict[Side, list[_Tree]] = {}
 
     def add_tree(self, side: Side, subject: Subject, cache: RecordCache, prefixes: Iterable[str] = ("",)) -> None:
+        """Add a subject's modules (a name already added wins). The plugin's records are read now
+        (a plugin is small and its parse errors are reported); upstream's when first used."""
+        entries = subject.entries()
         names = {path: name for prefix in prefixes for path in subject.list(prefix) if (name := module_name(path))}
-        records = cache.get_many(subject, sorted(names))
-        for path, record in records.items():
-            self.modules.setdefault(
-                names[path], IndexedModule(names[path], side, path, path.endswith("__init__.py"), record)
-            )
+        tree = _Tree(subject, cache, {path: entries[path].sha for path in names})
+        self._trees.setdefault(side, []).append(tree)
+        if side == "plugin":
+            cache.load(subject, tree.shas)
+        for path, name in sorted(names.items()):
+            tree.modules[path] = IndexedModule(name, side, path, path.endswith("__init__.py"), tree=tree)
+            self.modules.setdefault(name, tree.modules[path])
+
+    def load(self, modules: Iterable[IndexedModule]) -> None:
+        """Read or parse the records of many modules at once (in parallel where they need parsing)."""
+        by_tree: dict[int, tuple[_Tree, dict[str, str]]] = {}
+        for module in modules:
+            if module._record is None and module._tree is not None:
+                tree = module._tree
+                by_tree.setdefault(id(tree), (tree, {}))[1][module.path] = tree.shas[module.path]
+        for tree, shas in by_tree.values():
+            tree.cache.load(tree.subject, shas)
+
+    def side(self, side: Side | None = None) -> list[IndexedModule]:
+        """The modules of one side (or all), their records read or parsed now in one batch: for walks
+        that read every record (the outline answers the cheaper ones)."""
+        modules = [m for m in self.modules.values() if side is None or m.side == side]
+        self.load(modules)
+        return modules
+
+    def loaded(self) -> list[IndexedModule]:
+        """The modules whose records this process has read or parsed so far."""
+        return [m for m in self.modules.values() if m.is_read]
+
+    def outlines(self, side: Side) -> dict[str, Outline]:
+        """The outline of every module of `side`, by module name (see `outline`); a file the outline
+        cannot vouch for gets one from its full record."""
+        found: dict[str, Outline] = {}
+        for tree in self._trees.get(side, []):
+            by_path = tree.cache.outlines(tree.subject, tree.shas)
+            for path, module in tree.modules.items():
+                if self.modules.get(module.name) is module:
+                    found[module.name] = by_path[path] if by_path[path].exact else _record_outline(module.record)
+        return found
 
     def get(self, name: str) -> IndexedModule | None:
         return self.modules.get(name)

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from ..foundation.state import StateStore
 from .codebase import Codebase
-from .dispatch import dotted
+from .dispatch import dotted, walk_nodes
 from .fact_cache import FactCache
 from .native_scan import NativeFacts, NativeHow, scan_native
 
@@ -26,7 +26,22 @@ NATIVE_FACTS_VERSION = 3
 NATIVE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".h", ".hpp", ".hip", ".mm")
 DEFAULT_NAMESPACE = "vllm"
 """`direct_register_custom_op` without `target_lib` registers into vLLM's own library."""
-PYTHON_NEEDLES = (b"torch.ops", b"custom_op", b"Library", b"library", b".define(", b".impl(", b"register_", b"_op(")
+PYTHON_NEEDLES = (
+    b"torch.ops",
+    b"Library",
+    b"library",
+    b".define(",
+    b".impl(",
+    b"custom_op",
+    b"triton_op",
+    b"register_fake",
+    b"register_kernel",
+    b"impl_abstract",
+)
+"""A file the scan finds anything in holds one of these: `torch.ops`, `Library`, a `Library` method
+called as one (`LIBRARY_FORMS`), or a registration function's own name (`QUALIFIED_FORMS`,
+`direct_register_custom_op`; a bare `define`/`impl` is imported from `torch.library`). The other
+files, about half of vLLM's, are not parsed."""
 
 RegistrationKind = Literal["def", "impl", "fake"]
 """What a registration adds: the op itself (its schema), a kernel for a dispatch key, a fake (meta) kernel."""
@@ -152,7 +167,7 @@ def scan_python(source: bytes) -> dict[str, Any]:
     libraries: dict[str, str] = {}
     defined: list[list[Any]] = []
     registrations: list[dict[str, Any]] = []
-    for node in ast.walk(tree):
+    for node in walk_nodes(tree):
         if isinstance(node, ast.Attribute):
             parts = (dotted(node) or "").split(".")
             if len(parts) == 4 and parts[:2] == ["torch", "ops"]:

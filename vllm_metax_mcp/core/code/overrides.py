@@ -247,11 +247,11 @@ class _Finder:
         self.own(module, "registry")
 
     def _defining(self, name: str) -> list[str]:
-        return [
-            m.name
-            for m in self.code.index.modules.values()
-            if m.side == "upstream" and (d := m.record.definition(name)) and d.kind == "class"
-        ][:3]
+        """Upstream modules whose first definition of `name` is a class (the outline finds the ones
+        defining such a class at all, so only those are parsed)."""
+        index = self.code.index
+        outlined = [m for m, o in index.outlines("upstream").items() if any(d.name == name for d in o.definitions)]
+        return [m for m in outlined if (d := index.modules[m].record.definition(name)) and d.kind == "class"][:3]
 
     # -- patches ---------------------------------------------------------------------------
 

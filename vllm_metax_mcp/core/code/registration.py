@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from ..foundation.atomic import write_bytes_atomic
 from ..foundation.state import StateStore
 from ..sources.subjects import Subject
+from .dispatch import walk_nodes
 from .op_scanners import const_string
 
 
@@ -72,7 +73,7 @@ def plugin_registrations(subject: Subject, prefix: str = "") -> list[Registratio
     return found
 
 
-_TABLE_ENTRY = re.compile(rb'"\w+"\s*:\s*\(\s*"[\w.]+"\s*,\s*"\w+"\s*\)')
+_TABLE_ENTRY = re.compile(rb'["\']\w+["\']\s*:\s*\(\s*["\'][\w.]+["\']\s*,\s*["\']\w+["\']\s*\)')
 """One `"Arch": ("module", "Class")` entry: the bytes test that finds registry tables without parsing."""
 
 
@@ -84,7 +85,7 @@ def _table_entries(path: str, tree: ast.AST, wanted: Callable[[str], bool]) -> l
     """
     package = path[:-3].split("/")[:-1]
     found: list[Registration] = []
-    for node in ast.walk(tree):
+    for node in walk_nodes(tree):
         if not isinstance(node, ast.Dict):
             continue
         for key, value in zip(node.keys, node.values, strict=True):
@@ -113,7 +114,7 @@ def upstream_registry(subject: Subject, prefix: str = "vllm/") -> list[Registrat
     return found
 
 
-REGISTRY_VERSION = 1
+REGISTRY_VERSION = 2
 
 
 def cached_upstream_registry(store: StateStore, subject: Subject, prefix: str = "vllm/") -> list[Registration]:
@@ -133,20 +134,10 @@ def cached_upstream_registry(store: StateStore, subject: Subject, prefix: str = 
     return found
 
 
-def upstream_registrations(subject: Subject, arch: str, prefix: str = "vllm/") -> list[Registration]:
-    """Entries `"Arch": ("module", "Class")` of upstream registry tables for one architecture."""
-    needle = f'"{arch}"'.encode()
-    found: list[Registration] = []
-    candidates = [p for p in subject.list(prefix) if p.endswith(".py")]
-    for path, source in subject.read_many(candidates).items():
-        if needle not in source:
-            continue
-        try:
-            tree = ast.parse(source)
-        except (SyntaxError, ValueError):
-            continue
-        found += _table_entries(path, tree, lambda name: name == arch)
-    return found
+def upstream_registrations(store: StateStore, subject: Subject, arch: str) -> list[Registration]:
+    """Entries `"Arch": ("module", "Class")` of upstream registry tables for one architecture (read
+    from the cached registry, so a second call reads one file instead of the whole tree)."""
+    return [r for r in cached_upstream_registry(store, subject) if r.arch == arch]
 
 
 @dataclass(frozen=True)

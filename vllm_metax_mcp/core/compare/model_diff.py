@@ -275,5 +275,5 @@ def _parse_errors(trees: Trees, pairing: Pairing, local_files: list[str]) -> lis
         f"{path}: {module.record.error}"
         for modules, wanted in ((trees.local_modules, set(local_files)), (trees.upstream_modules, paired_upstream))
         for path, module in modules.items()
-        if module.record.error and path in wanted
+        if path in wanted and module.record.error
     )

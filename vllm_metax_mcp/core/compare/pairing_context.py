@@ -60,12 +60,14 @@ class PairingContext:
         for path in sorted(trees.upstream_files):
             if path.startswith(FAMILIES) and path[len(FAMILIES) :].count("/"):
                 self.families.setdefault(path[len(FAMILIES) :].split("/")[0], []).append(path)
+        self.outlines = {trees.index.modules[name].path: o for name, o in trees.index.outlines("upstream").items()}
+        """Upstream path -> its outline (top-level classes and functions, no full parse)."""
         self.symbols: dict[str, dict[str, int]] = {}
         """Upstream top-level function and class name -> upstream path -> line."""
-        for module in trees.upstream_modules.values():
-            for definition in module.record.definitions:
-                if definition.kind in ("function", "class") and not definition.name.startswith("__"):
-                    self.symbols.setdefault(definition.name, {}).setdefault(module.path, definition.line)
+        for path, outline in self.outlines.items():
+            for definition in outline.definitions:
+                if not definition.name.startswith("__"):
+                    self.symbols.setdefault(definition.name, {}).setdefault(path, definition.line)
         self.registry: dict[str, list[Registration]] = {}
         """Upstream's model registry: architecture -> its table entries whose module is a model module
         (tables of tokenizers, renderers or configs name other modules)."""
@@ -99,10 +101,10 @@ class PairingContext:
         """How many upstream files define a class extending a base called `name` (by its last part)."""
         if self._fan_in is None:
             users: dict[str, set[str]] = {}
-            for module in self.trees.upstream_modules.values():
-                for definition in module.record.definitions:
-                    for base in definition.bases if definition.kind == "class" else ():
-                        users.setdefault(base.split("[")[0].rpartition(".")[2], set()).add(module.path)
+            for path, outline in self.outlines.items():
+                for definition in outline.definitions:
+                    for tail in definition.base_tails:
+                        users.setdefault(tail, set()).add(path)
             self._fan_in = {base: len(paths) for base, paths in users.items()}
         return self._fan_in.get(name, 0)
 

@@ -13,6 +13,7 @@ from ..code.codebase import Codebase, Ref
 from ..code.module_index import module_name
 from ..code.registration import Registration, plugin_registrations, upstream_registrations
 from ..foundation.errors import not_found
+from ..foundation.state import StateStore
 from ..sources.subjects import Subject
 from .walk import Start
 
@@ -70,7 +71,7 @@ def _where(registration: Registration) -> str:
     return f"{registration.path}:{registration.line}"
 
 
-def find_entry(arch: str | None, plugin: Subject, upstream: Subject) -> Entry:
+def find_entry(store: StateStore, arch: str | None, plugin: Subject, upstream: Subject) -> Entry:
     """The first plugin registration and the first upstream registry entry of `arch`; a missing side
     is an unknown, both missing is not_found."""
     entry = TraceEntry(arch=arch)
@@ -87,7 +88,7 @@ def find_entry(arch: str | None, plugin: Subject, upstream: Subject) -> Entry:
             )
     else:
         unknowns.append(f"No register_model call for {arch} in the plugin subject: only the upstream side was traced.")
-    remote = upstream_registrations(upstream, arch or "")
+    remote = upstream_registrations(store, upstream, arch or "")
     if remote:
         reg = remote[0]
         entry.upstream, entry.upstream_registration = f"{reg.module}:{reg.symbol}", _where(reg)

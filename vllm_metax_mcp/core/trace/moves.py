@@ -105,8 +105,8 @@ def _definers(
     first = names[0] if names else None
     ranked: list[tuple[tuple[int, int, int, int], Move]] = []
     basename = lost.rsplit(".", 1)[-1]
-    for indexed in index.modules.values():
-        if indexed.name == lost or indexed.side != side:
+    for indexed in index.side(side):
+        if indexed.name == lost:
             continue
         hits = [d for d in indexed.record.definitions if d.name in wanted]
         lead = next((d for d in hits if d.name == first), hits[0] if whole and hits else None)
@@ -223,9 +223,7 @@ def _rename_rank(move: Move) -> tuple[bool, bool, str, str]:
 def _imported_from(code: Codebase, name: str) -> list[Move]:
     """Third-party packages upstream modules import the name from (first importer of each)."""
     sources: dict[str, Move] = {}
-    for indexed in code.index.modules.values():
-        if indexed.side != "upstream":
-            continue
+    for indexed in code.index.side("upstream"):
         for record in indexed.record.imports:
             target = indexed.absolute(record.module)
             if target.split(".")[0] in code.first_party or record.branch == "not_taken":

@@ -133,7 +133,7 @@ def _dependencies(
 ) -> Trace:
     """The walk from the registrations, and the checks on its path."""
     first_party = frozenset({"vllm"}) | packages
-    found_entry = find_entry(request.arch, trees.plugin, trees.upstream)
+    found_entry = find_entry(store, request.arch, trees.plugin, trees.upstream)
     model = found_entry.model
     code = Codebase(index, {"plugin": trees.plugin, "upstream": trees.upstream}, first_party)
     model_packages = frozenset({model.plugin_module.split(".")[0]}) if model.plugin_module else packages
@@ -185,7 +185,7 @@ def run_trace(
     trace.boundaries = component_boundaries(trace.walk) + sorted(
         trace.findings.boundaries + stable, key=lambda b: (b.kind, b.package)
     )
-    trace.parse_errors = sorted(f"{m.path}: {m.record.error}" for m in index.modules.values() if m.record.error)
+    trace.parse_errors = sorted(f"{m.path}: {m.record.error}" for m in index.loaded() if m.record.error)
     trace.counts = _counts(trace)
     trace.modules_indexed, trace.cache_hits, trace.parsed = len(index.modules), cache.hits, cache.misses
     return trace

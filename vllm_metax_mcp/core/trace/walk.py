@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from ..code.import_scan import Branch
-from ..code.module_index import IndexedModule, ModuleIndex
+from ..code.module_index import ImportRecord, IndexedModule, ModuleIndex
 from ..foundation.evidence import Evidence
 
 STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) | {"__future__"}
@@ -224,11 +224,23 @@ class _Walker:
                 break
         return [*steps, replace(step, module=module, symbol=symbol or None, reached_from=via)]
 
+    def read_ahead(self, indexed: IndexedModule, records: list[ImportRecord]) -> None:
+        """Read the records of the modules a followed module imports (and of the names it imports
+        that are submodules) in one batch, not one at a time as the re-exports are resolved."""
+        names = []
+        for record in records:
+            if record.branch != "not_taken":
+                target = indexed.absolute(record.module)
+                names += [target, *(f"{target}.{original}" for original, _ in record.names)]
+        self.index.load(found for name in names if (found := self.index.get(name)) is not None)
+
     def follow(self, indexed: IndexedModule, depth: int) -> None:
         """Queue the imports of a module (statements and literal module-loader calls); a not-taken
         one is recorded, not followed."""
         module = indexed.name
-        for record in [*indexed.record.imports, *indexed.record.dynamic_imports]:
+        records = [*indexed.record.imports, *indexed.record.dynamic_imports]
+        self.read_ahead(indexed, records)
+        for record in records:
             target = indexed.absolute(record.module)
             if record.branch == "not_taken":
                 side_of_target = classify(self.index, target, self.first_party)[0]
@@ -295,7 +307,8 @@ def consumers(index: ModuleIndex, module: str, symbol: str | None, max_depth: in
     seen: set[str] = set()
     for depth in range(1, max_depth + 1):
         next_frontier: list[tuple[str, str | None]] = []
-        for name, indexed in index.modules.items():
+        for indexed in index.side():
+            name = indexed.name
             if name in seen:
                 continue
             for record in [*indexed.record.imports, *indexed.record.dynamic_imports]:
