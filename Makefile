@@ -35,8 +35,9 @@ test: lint
 test-fast: lint
 	$(PY) -m pytest -p no:cacheprovider --durations=15 -m "not slow" tests
 
-# Every benchmark, each a ratio to a reference measured in the same run (needs the `bench` extra).
-BENCHES := bench_pyindex bench_diff_model bench_audit_commits bench_trim_real bench_port_model
+# Every benchmark, each a ratio to a reference measured in the same run (needs the `bench` extra), each in its
+# own process; then one table of all of them (what | now | reference | ratio | goal | met?).
+BENCHES := bench_pyindex bench_diff_model bench_trace bench_audit_commits bench_plan_trim bench_trim_real bench_port_model
 bench: venv
 	$(PY) -m pip install --quiet ".[bench]"
-	set -e; for b in $(BENCHES); do echo "== $$b"; $(PY) -m bench.$$b; done
+	$(PY) -m bench $(BENCHES)

@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from test_real_plugins import PLUGINS, snapshot_repo
 from workbench import build_upstream_history, cache_root, file_lock
 
+from bench.table import BenchRow, run_alone
 from vllm_metax_mcp.tools.port_model import PortModelInput, port_model
 from vllm_metax_mcp.tools.spec import Runtime, ToolEnv
 
@@ -159,7 +160,7 @@ def similarity(text: str, vendor: str | None) -> float | None:
     return difflib.SequenceMatcher(None, text.splitlines(), vendor.splitlines(), autojunk=False).ratio()
 
 
-def rows(root: Path, scratch: Path, report: dict[str, Any], output: Path) -> tuple[list[Row], float]:
+def merged_rows(root: Path, scratch: Path, report: dict[str, Any], output: Path) -> tuple[list[Row], float]:
     """One row per written file with a base; and the seconds the git reference took."""
     entries = [e for e in report["files"] if e["status"] in WRITTEN and e.get("base")]
     start = time.perf_counter()
@@ -211,7 +212,7 @@ def mean(values: list[float | None]) -> float | None:
     return sum(present) / len(present) if present else None
 
 
-def print_totals(table: list[Row], report: dict[str, Any], port_s: float, git_s: float) -> None:
+def print_totals(table: list[Row], report: dict[str, Any], port_s: float, git_s: float) -> list[BenchRow]:
     ours_blocks, git_blocks = sum(r.ours.conflicts for r in table), sum(r.git.conflicts for r in table)
     ratio = f"{ours_blocks / git_blocks:.2f}" if git_blocks else "-"
     mismatched = [r.local for r in table if r.ours.parses != r.reported_parses]
@@ -234,22 +235,39 @@ def print_totals(table: list[Row], report: dict[str, Any], port_s: float, git_s:
         f"port_model closer on {closer}, farther on {farther}"
     )
     print(f"wall time: port_model {port_s:6.2f} s, git show + merge-file {git_s:6.2f} s  (ratio {port_s / git_s:.1f}x)")
+    git, parsed = "git merge-file", sum(r.ours.parses for r in table)
+    return [
+        BenchRow(f"port_model conflict blocks ({len(table)} files)", ours_blocks, git_blocks, git, unit=""),
+        BenchRow("port_model files that parse", parsed, sum(r.git.parses for r in table), git, unit=""),
+        BenchRow(
+            "port_model mean similarity to the vendor's port",
+            100 * (ours_sim or 0),
+            100 * (git_sim or 0),
+            git,
+            unit="%",
+        ),
+        BenchRow("port_model wall time", port_s, git_s, "git show + merge-file"),
+    ]
 
 
-def main() -> None:
+def rows() -> list[BenchRow]:
     if PLUGINS is None:
         print("skipped: the real plugin snapshots are not found (point VLLM_METAX_MCP_SHARED at the shared folder)")
-        return
+        return []
     started = time.perf_counter()
     root = workspace()
     print(f"workspace {root} ready in {time.perf_counter() - started:.1f} s")
     with tempfile.TemporaryDirectory(prefix="bench-port-") as tmp:
         scratch = Path(tmp)
         port_s, report, output = run_port(root, scratch)
-        table, git_s = rows(root, scratch, report, output)
+        table, git_s = merged_rows(root, scratch, report, output)
         print(f"{FORK.removesuffix('.tar.gz')} {PATHS[0]} onto {TARGET} (releases {', '.join(RELEASES)})\n")
         print_table(table)
-        print_totals(table, report, port_s, git_s)
+        return print_totals(table, report, port_s, git_s)
+
+
+def main() -> None:
+    run_alone(rows)
 
 
 if __name__ == "__main__":

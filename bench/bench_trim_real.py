@@ -26,6 +26,9 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.table import BenchRow, at_least, only, run_alone
 from vllm_metax_mcp.core.foundation.jobs import JobHandle
 from vllm_metax_mcp.core.trim.real import RealTrimJob
 from vllm_metax_mcp.tools.spec import Runtime, ToolEnv
@@ -85,7 +88,7 @@ def write_checkpoint(directory: Path, gib: float) -> tuple[int, int]:
     size = rows * cols * 2
     block = os.urandom(1 << 24)
     for shard, members in shards.items():
-        header = {"__metadata__": {"format": "pt"}}
+        header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
         for number, name in enumerate(members):
             header[name] = {
                 "dtype": "BF16",
@@ -153,8 +156,7 @@ def trim_in_child(root: Path) -> tuple[dict, int]:
     return json.loads(proc.stdout.strip().splitlines()[-1]), peak_kib * 1024
 
 
-def main() -> None:
-    gib = float(sys.argv[1]) if len(sys.argv) > 1 else 3.0
+def rows(gib: float = 3.0) -> list[BenchRow]:
     with tempfile.TemporaryDirectory(prefix="bench-trim-", dir=os.environ.get("BENCH_DIR")) as tmp:
         root = Path(tmp)
         retained, shard_bytes = write_checkpoint(root / "source", gib)
@@ -184,6 +186,18 @@ def main() -> None:
         for phase, seconds in phases.items():
             print(f"   {phase:<45} {seconds:7.2f} s")
         print(f"peak RSS of the job and extract.py: {peak / 2**20:.0f} MiB = {peak / shard_bytes:.3f} of one shard")
+    raw, fsynced = "raw copy", "raw copy + fsync"
+    return [
+        BenchRow("trim real: copy phase (throughput)", gbps(copy_s), gbps(reference), raw, at_least(0.8), "GB/s"),
+        BenchRow("trim real: copy phase, to the durable copy", gbps(copy_s), gbps(durable), fsynced, unit="GB/s"),
+        BenchRow("trim real: whole job (throughput)", gbps(total), gbps(reference), raw, at_least(0.4), "GB/s"),
+        BenchRow("trim real: whole job, to the durable copy", gbps(total), gbps(durable), fsynced, unit="GB/s"),
+        BenchRow("trim real: peak RSS", peak / 2**20, shard_bytes / 2**20, "one shard", only("well under 1x"), "MiB"),
+    ]
+
+
+def main() -> None:
+    run_alone(lambda: rows(float(sys.argv[1]) if len(sys.argv) > 1 else 3.0))
 
 
 if __name__ == "__main__":
