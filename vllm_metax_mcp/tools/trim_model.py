@@ -90,7 +90,7 @@ class TrimModelOutput(PlanTrimOutput):
 
 
 def _planned(args: TrimModelInput, env: ToolEnv, evidence: CheckpointEvidence, plan: Plan) -> PlanTrimOutput:
-    return plan_trim_output(plan, plan_context(evidence, plan, env.policy, args.plugin_repo))
+    return plan_trim_output(plan, plan_context(evidence, plan, env.policy, args.plugin_repo, env.store))
 
 
 def _manifest_head(args: TrimModelInput, planned: PlanTrimOutput) -> ManifestHead:

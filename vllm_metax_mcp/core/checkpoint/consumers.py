@@ -44,14 +44,14 @@ class SourceTree:
 def directory_tree(label: str, top: Path, package: str) -> SourceTree:
     """`.py` files of `top/package`, symlinks leaving `top` not followed."""
     found: list[tuple[str, bytes]] = []
-    start = top / package
+    start, resolved_top = top / package, real(top)
     for directory, dirs, names in os.walk(start):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         for name in sorted(names):
             if not name.endswith(".py"):
                 continue
             path = Path(directory) / name
-            if not is_within(real(path), real(top)):
+            if not is_within(real(path), resolved_top):
                 continue
             found.append((path.relative_to(top).as_posix(), path.read_bytes()))
     return SourceTree(label, tuple(found))

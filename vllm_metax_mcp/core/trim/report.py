@@ -74,10 +74,10 @@ def _examples(plugin_repo: str, raw: dict[str, Any], policy: Policy) -> list[str
 
 
 def plan_context(
-    evidence: CheckpointEvidence, plan: Plan, policy: Policy, plugin_repo: str, store: StateStore | None = None
+    evidence: CheckpointEvidence, plan: Plan, policy: Policy, plugin_repo: str, store: StateStore
 ) -> PlanContext:
     """Consumer code is searched in the evidence's trees plus transformers' config modules (with a record);
-    with a store, the answers are kept there by content (core/trim/readers.py)."""
+    the answers are kept in the state directory by content (core/trim/readers.py)."""
     trees = list(evidence.trees)
     extra = _transformers_configs(evidence.record, policy) if trees else None
     trees += [extra] if extra else []
