@@ -1044,14 +1044,15 @@ REVIEWED_READS = {
     # this package's own files
     ("core/target/__init__.py", "script_source"): "package file (a target script: probe, op probe, construct, extract)",
     ("prompts/__init__.py", "template"): "package file",
+    ("core/trim/readers.py", "_code_digest"): "package files (the reader search's source, in its cache key)",
     ("resources/__init__.py", "text"): "package file",
     # the server's state directory, its runs and jobs, /proc
     ("core/foundation/state.py", "read"): "the state directory",
     ("core/foundation/state.py", "locked"): "the state directory's lock",
     ("core/code/fact_cache.py", "get_many"): "the state directory's cache",
     ("core/compare/textdiff.py", "get"): "the state directory's cache",
-    ("core/code/module_index.py", "_read"): "the state directory's module index",
-    ("core/code/module_index.py", "_append"): "the state directory's module index",
+    ("core/code/blob_store.py", "_rows"): "the state directory's blob store (records, outlines, scanner facts)",
+    ("core/code/blob_store.py", "_append"): "the state directory's blob store (records, outlines, scanner facts)",
     ("core/foundation/jobs.py", "start"): "the job's log in the state directory",
     ("core/foundation/jobs.py", "processes_of_job"): "/proc",
     ("core/foundation/process_call.py", "group_members"): "/proc",
