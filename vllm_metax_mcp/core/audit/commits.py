@@ -4,10 +4,11 @@ each commit touched and which upstream symbols it changed.
 
 Git is asked once per distinct base, not once per file: a path-limited `log --full-diff --raw`
 over every tracked path sharing that base lists the commits touching them and every file each
-commit touched, with both blob ids. Only where a path's history in range starts with an addition
-does one `log --follow -n1` ask whether that addition was a rename; the older name is then listed
-the same way up to the rename. Changed symbols compare the module index's per-definition hashes
-of the two blobs (records cached by blob id), so listing the same range again parses nothing.
+commit touched, with both blob ids. Only where a path's history in range starts with an addition,
+in a commit that also deleted a file, does one `log --follow -n1` ask whether that addition was a
+rename; the older name is then listed the same way up to the rename. Changed symbols compare the
+module index's per-definition hashes of the two blobs (records cached by blob id), so listing the
+same range again parses nothing.
 """
 
 from __future__ import annotations
@@ -288,7 +289,7 @@ def _walk(
                 elif not segment.follow and _moved(commit, known, segment.path):
                     hits[commit.sha] = Hit(known.path, known.target_path, segment.path)  # a move only pairing saw
             first = mine[-1] if mine else None
-            if not (segment.follow and first and first.changes[segment.path].status == "A"):
+            if not (segment.follow and first and first.changes[segment.path].status == "A" and _deletes(first)):
                 continue
             source = renamed_from(repo, first.sha, segment.path)
             if source is None:
@@ -297,6 +298,12 @@ def _walk(
             older.setdefault((segment.target_path, segment.base), []).append(source)
             following.append(_Segment(source, segment.target_path, base, f"{first.sha}^"))
     return following
+
+
+def _deletes(commit: Commit) -> bool:
+    """Whether the commit deleted a file: a rename's source is one (`-M`, as `--follow` runs it, pairs
+    an addition only with a deletion), so an addition in a commit deleting nothing needs no git call."""
+    return any(change.status == "D" for change in commit.changes.values())
 
 
 def _moved(commit: Commit, added: Hit, deleted: str) -> bool:

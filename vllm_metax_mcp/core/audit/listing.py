@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal
 
 from ..code.overrides import find_overrides, override_facts
@@ -47,6 +48,15 @@ class ListedCommit:
 
 
 @dataclass(frozen=True)
+class RowContext:
+    """What every row reads besides its commit, made once per call however many batches a page builds."""
+
+    dependents: Dependents
+    entries: dict[str, list[dict[str, Any]]]
+    """The ledger's entries by commit."""
+
+
+@dataclass(frozen=True)
 class ListView:
     """What every page of the list action reads: the range's commits (or the one asked for), their
     counts, the files with commits in range, and how to expand a commit into its row."""
@@ -61,9 +71,13 @@ class ListView:
     """Every audited file with commits in its range."""
     unknowns: list[str]
 
+    @cached_property
+    def context(self) -> RowContext:
+        return RowContext(_dependents(self.session, self.scope), entries_by_commit(self.session.ledger))
+
     def rows(self, commits: Sequence[Commit]) -> list[ListedCommit]:
         """The rows of `commits` (symbol records parsed in one batch)."""
-        return listed_commits(self.session, self.scope, self.listing, commits)
+        return listed_commits(self.session, self.listing, self.context, commits)
 
     def patch(self, scope: PatchScope) -> list[str]:
         """The patch of the one commit asked for, of its mapped files (or whole), long lines clipped."""
@@ -113,12 +127,11 @@ def list_view(session: AuditSession, request: ScopeRequest, commit: str | None) 
 
 
 def listed_commits(
-    session: AuditSession, scope: Scope, listing: Listing, commits: Sequence[Commit]
+    session: AuditSession, listing: Listing, context: RowContext, commits: Sequence[Commit]
 ) -> list[ListedCommit]:
     touched = [Touched(c, listing.hits_of(c.sha)) for c in commits]
     changes = symbol_changes(session.upstream.repo, session.cache, touched)
-    dependents = _dependents(session, scope)
-    by_commit = entries_by_commit(session.ledger)
+    dependents, by_commit = context.dependents, context.entries
     return [
         ListedCommit(
             item.commit,

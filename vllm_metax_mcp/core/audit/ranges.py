@@ -18,7 +18,7 @@ from ..code.codebase import Codebase
 from ..code.module_index import RecordCache
 from ..compare.inputs import PairingInputs
 from ..compare.pairs import Pair, Status, Trees
-from ..compare.releases import Counterpart, FileReleases, Release, closest_releases
+from ..compare.releases import Counterpart, FileReleases, Release, closest_releases, release_pairs
 from ..compare.textdiff import StatsCache
 from ..foundation.errors import bad_input
 from ..sources.git import Repository
@@ -81,16 +81,34 @@ def file_bases(
 ) -> dict[str, FileBase]:
     """Each file's closest release, or (`one_base`) the single release for every file, with the
     counterpart pairing finds there."""
+    if one_base:
+        return _one_base(plugin, releases[0], cache, inputs, known)
     closest = closest_releases(plugin, releases, cache, stats, inputs, known)
     by_label = {r.label: r for r in releases}
     bases = {}
     for local, found in closest.items():
-        label = releases[0].label if one_base else found.closest
+        label = found.closest
         if label is None:
             continue
         counterpart = found.counterparts.get(label)
         path, sha = (counterpart.path, counterpart.sha) if counterpart else (None, None)
         bases[local] = FileBase(label, by_label[label].commit or "", path, sha)
+    return bases
+
+
+def _one_base(
+    plugin: Subject, release: Release, cache: RecordCache, inputs: PairingInputs, known: Mapping[str, list[Pair]]
+) -> dict[str, FileBase]:
+    """Every file's base is the one release, with the counterpart pairing finds there: no release is
+    chosen, so no file is read and no line counted (`closest_releases` counts them to choose)."""
+    pairs = known.get(release.commit or "") or release_pairs(plugin, release, cache, inputs)
+    kept = (Status.CHANGED, Status.IDENTICAL)
+    found = {p.local: p.upstream for p in pairs if p.upstream is not None and p.status in kept}
+    bases = {}
+    for local in inputs.local_files:
+        path = found.get(local)
+        sha = release.subject.sha(path) if path is not None else None
+        bases[local] = FileBase(release.label, release.commit or "", path, sha)
     return bases
 
 

@@ -47,14 +47,21 @@ class Paging:
     def expanded(
         self, items: Sequence[T], kind: PagedList, expand: Callable[[Sequence[T]], list[R]], budget: SizeBudget
     ) -> Page[R]:
-        """A page of `items` as rows: only the items within `limit` are expanded (in one batch), and the
-        page ends before the row that would cross `budget` (its size_of measures a row)."""
-        ceiling = self.page(items, kind)
-        rows = expand(ceiling.items)
-        by_item = {id(item): row for item, row in zip(ceiling.items, rows, strict=True)}
-        sized = self.page(items, kind, SizeBudget(lambda item: budget.size_of(by_item[id(item)]), budget.chars))
-        kept = rows[: len(sized.items)]
-        return Page(kept, sized.total, sized.next_cursor, sized.offset, sized.cut_by_size)
+        """A page of `items` as rows, ending before the row that would cross `budget` (its size_of
+        measures a row). Rows are built in batches as the page reaches them (the page's default
+        limit first, then doubling), so the items within `limit` but past the budget cost nothing."""
+        ceiling = self.page(items, kind).items
+        position = {id(item): index for index, item in enumerate(ceiling)}
+        rows: list[R] = []
+
+        def size_of(item: T) -> int:
+            index = position[id(item)]
+            while len(rows) <= index:
+                rows.extend(expand(ceiling[len(rows) : len(rows) + max(DEFAULT_LIMITS[kind], len(rows))]))
+            return budget.size_of(rows[index])
+
+        sized = self.page(items, kind, SizeBudget(size_of, budget.chars))
+        return Page(rows[: len(sized.items)], sized.total, sized.next_cursor, sized.offset, sized.cut_by_size)
 
 
 @dataclass

@@ -14,6 +14,7 @@ import hashlib
 import os
 from collections.abc import Callable, Collection, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -21,8 +22,8 @@ from pathlib import Path
 from ..foundation.atomic import write_bytes_atomic
 from ..foundation.progress import advancing
 
-PARALLEL_THRESHOLD = 64
-"""Fewer misses than this are scanned in this process: starting workers would cost more."""
+PARALLEL_THRESHOLD = 8
+"""Fewer misses than this are scanned in this process: sending them to the workers would cost more."""
 BUNDLE_THRESHOLD = 64
 """Requests for at least this many blobs (a tree, not a lookup) are also kept as one bundle."""
 MAX_BUNDLES = 8
@@ -157,15 +158,31 @@ def _apply(scan: TextScan, item: tuple[str, bytes]) -> str:
     return scan(item[1])
 
 
+_pool: ProcessPoolExecutor | None = None
+"""The worker processes, started on first use and kept for the process's life: a call that makes
+records a few at a time (a walk reading ahead) sends each batch to running workers."""
+
+
+def _workers(count: int) -> ProcessPoolExecutor:
+    global _pool
+    if _pool is None:
+        _pool = ProcessPoolExecutor(max_workers=count, initializer=gc.disable)
+    return _pool
+
+
 def scan_all(items: list[tuple[str, bytes]], scan: TextScan, what: str, workers: int = 2) -> dict[str, str]:
     """`scan` of each (sha, bytes), biggest first so the workers finish together; in worker processes
-    when there are many (`scan` must then be a module-level function or a partial of one)."""
+    when there are several (`scan` must then be a module-level function or a partial of one)."""
+    global _pool
     items = sorted(items, key=lambda item: -len(item[1]))
     run = partial(_apply, scan)
     if len(items) >= PARALLEL_THRESHOLD and workers > 1:
-        with ProcessPoolExecutor(max_workers=workers, initializer=gc.disable) as pool:
-            chunks = max(1, len(items) // (workers * 32))
-            texts = list(advancing(pool.map(run, items, chunksize=chunks), len(items), what))
+        chunks = max(1, len(items) // (workers * 32))
+        try:
+            texts = list(advancing(_workers(workers).map(run, items, chunksize=chunks), len(items), what))
+        except BrokenProcessPool:
+            _pool = None  # a worker died (killed, out of memory): the next batch starts new ones
+            raise
     else:
         texts = [run(item) for item in advancing(items, len(items), what)]
     return {sha: text for (sha, _), text in zip(items, texts, strict=True)}

@@ -34,8 +34,11 @@ class FactCache:
     def __init__(self, store: StateStore, scanner: str, version: int) -> None:
         self.blobs = BlobStore(store.path(f"cache/facts/{scanner}-v{version}"))
 
-    def get_many(self, subject: Subject, paths: list[str], scan: Scanner) -> dict[str, dict[str, Any]]:
-        """Facts per path. `scan` must be a module-level function: misses are scanned in workers."""
+    def get_many(
+        self, subject: Subject, paths: list[str], scan: Scanner, needles: tuple[bytes, ...] = ()
+    ) -> dict[str, dict[str, Any]]:
+        """Facts per path. `scan` must be a module-level function: misses are scanned in workers. With
+        `needles`, a file holding none of them has no facts (`scan` must agree) and is not sent there."""
         entries = subject.entries()
         shas = {path: entry.sha if (entry := entries.get(path)) else subject.sha(path) for path in paths}
         unique = set(shas.values())
@@ -45,7 +48,10 @@ class FactCache:
         if missing:
             sources = subject.read_many(missing.values())
             items = [(sha, sources[path]) for sha, path in missing.items()]
-            scanned = scan_all(items, partial(_as_text, scan), f"scanning {len(items)} files")
+            plain = {sha for sha, data in items if needles and not any(needle in data for needle in needles)}
+            wanted = [(sha, data) for sha, data in items if sha not in plain]
+            scanned = dict.fromkeys(plain, "{}")
+            scanned.update(scan_all(wanted, partial(_as_text, scan), f"scanning {len(items)} files"))
             self.blobs.append(scanned)
             stored.update(scanned)
         if key is not None and (missing or not self.blobs.has_bundle(key)):

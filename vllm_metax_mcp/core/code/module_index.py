@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Literal
@@ -28,6 +28,8 @@ from .scanner import DetailRow, GraphRow, scan_row
 RECORD_VERSION = 7
 OUTLINE_VERSION = 1
 
+SourceReader = Callable[[list[str]], Mapping[str, bytes]]
+"""The bytes of the given paths of a tree."""
 Side = Literal["plugin", "upstream"]
 """Which tree a module of an index comes from: the plugin subject or upstream vLLM."""
 DefinitionKind = Literal["class", "function", "assignment"]
@@ -216,8 +218,11 @@ class RecordCache:
         self.load(subject, shas, workers)
         return {path: self.memory[sha] for path, sha in shas.items()}
 
-    def load(self, subject: Subject, shas: Mapping[str, str], workers: int = 2) -> None:
-        """Have the record of every (path, sha) in memory: from the shards, else parsed."""
+    def load(
+        self, subject: Subject, shas: Mapping[str, str], workers: int = 2, read: SourceReader | None = None
+    ) -> None:
+        """Have the record of every (path, sha) in memory: from the shards, else parsed (the bytes of
+        the misses from `read`, by default the subject's)."""
         wanted = set(shas.values()) - self.memory.keys()
         if not wanted:
             self.hits += len(shas)
@@ -226,7 +231,7 @@ class RecordCache:
             self.blobs.read(wanted, accept=self._accept)
         parse = {sha: path for path, sha in shas.items() if sha in wanted and sha not in self.memory}
         if parse:
-            sources = subject.read_many(parse.values())
+            sources = (read or subject.read_many)(list(parse.values()))
             items = [(sha, sources[path]) for sha, path in parse.items()]
             scanned = scan_all(items, partial(_scan, answers=self.answers), f"parsing {len(items)} modules", workers)
             self.blobs.append(scanned)
@@ -297,11 +302,22 @@ class _Tree:
     def __init__(self, subject: Subject, cache: RecordCache, shas: dict[str, str]) -> None:
         self.subject, self.cache, self.shas = subject, cache, shas
         self.modules: dict[str, IndexedModule] = {}
+        self._sources: Mapping[str, bytes] | None = None
+
+    def read(self, paths: list[str]) -> Mapping[str, bytes]:
+        """The bytes of modules to parse. Where one read of many costs what one read of one does (a git
+        subject: a process per read), the first read takes every module of the tree at once, so records
+        made one at a time do not cost a read each."""
+        if not self.subject.batched_reads:
+            return self.subject.read_many(paths)
+        if self._sources is None:
+            self._sources = self.subject.read_many(self.shas)
+        return self._sources
 
     def record(self, path: str) -> ModuleRecord:
         sha = self.shas[path]
         if sha not in self.cache.memory:
-            self.cache.load(self.subject, {path: sha})
+            self.cache.load(self.subject, {path: sha}, read=self.read)
         return self.cache.memory[sha]
 
 
@@ -375,7 +391,7 @@ class ModuleIndex:
                 tree = module._tree
                 by_tree.setdefault(id(tree), (tree, {}))[1][module.path] = tree.shas[module.path]
         for tree, shas in by_tree.values():
-            tree.cache.load(tree.subject, shas)
+            tree.cache.load(tree.subject, shas, read=tree.read)
 
     def side(self, side: Side | None = None) -> list[IndexedModule]:
         """The modules of one side (or all), their records read or parsed now in one batch: for walks

@@ -296,7 +296,7 @@ def python_facts(store: StateStore, code: Codebase) -> dict[str, PythonOpFacts]:
     facts: dict[str, PythonOpFacts] = {}
     for side, subject in code.subjects.items():
         modules = {m.path: m.name for m in code.index.modules.values() if m.side == side}
-        for path, value in cache.get_many(subject, sorted(modules), scan_python).items():
+        for path, value in cache.get_many(subject, sorted(modules), scan_python, PYTHON_NEEDLES).items():
             facts[modules[path]] = PythonOpFacts.from_json(value)
     return facts
 

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path, PurePosixPath
+from typing import ClassVar
 
 from ..foundation.errors import ErrorCode, ToolFailure, bad_input, not_found
 from ..foundation.policy import Policy, is_within, real
@@ -57,6 +58,9 @@ class Subject:
     """Common behaviour; subclasses provide `_entries` and `_read_many`."""
 
     kind: SubjectKind
+    batched_reads: ClassVar[bool] = False
+    """Whether one `read_many` of many paths costs about what a read of one does (a git subject
+    starts a process per read; a directory reads file by file)."""
 
     def __init__(self) -> None:
         self._cache: dict[str, Entry] | None = None
@@ -136,6 +140,8 @@ def read_blobs(repo: Repository, shas: list[str]) -> dict[str, bytes]:
 
 
 class _GitSubject(Subject):
+    batched_reads = True
+
     def __init__(self, repo: Repository) -> None:
         super().__init__()
         self.repo = repo

@@ -148,7 +148,9 @@ def config_rewrites(
     table = registry_table(code, registry_module)
     subject = code.subjects["upstream"]
     modules = {m.path: m.name for m in code.index.modules.values() if m.side == "upstream"}
-    facts = FactCache(store, "rewrites", REWRITE_FACTS_VERSION).get_many(subject, sorted(modules), scan_rewrites)
+    facts = FactCache(store, "rewrites", REWRITE_FACTS_VERSION).get_many(
+        subject, sorted(modules), scan_rewrites, (ARCHITECTURES.encode(),)
+    )
     found = []
     for path, value in sorted(facts.items()):
         for site in (RewriteSite(**item) for item in value.get("rewrites", [])):
