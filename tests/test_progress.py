@@ -124,8 +124,8 @@ def test_monotonic_forwarding_turns_restarting_counts_into_an_increasing_sequenc
 
 def test_a_real_trim_counts_its_bytes_over_the_whole_job(tmp_path: Path) -> None:
     """The real-weight trim's reporter, writing into a job's status document as the worker does: hashing
-    the source, the shipped script's copy and its sha256 check each move the retained bytes once, so the
-    count never restarts."""
+    the source moves the retained bytes once, the shipped script's copy and its overlapping sha256 check
+    once each in one phase (renamed when the copy ends), so the count never restarts."""
     jobs = Jobs(StateStore(tmp_path / "state"))
     jobs.store.write("jobs/j-0123456789abcdef/status.json", {"id": "j-0123456789abcdef", "status": "running"})
     reporter = _Reporter(Progress(jobs, "j-0123456789abcdef"), 2_150_000_000)
@@ -135,17 +135,27 @@ def test_a_real_trim_counts_its_bytes_over_the_whole_job(tmp_path: Path) -> None
         reporter.last = -10.0  # as if PROGRESS_EVERY_S had passed
         return jobs.get("j-0123456789abcdef")["progress"]
 
-    for phase_name in ("hashing the retained source bytes", "extract.py: copying tensor bytes"):
-        reporter.start(phase_name)
+    reporter.start("hashing the retained source bytes")
+    recorded.append(now())
+    for _ in range(2):
+        reporter.add(1_075_000_000)
         recorded.append(now())
-        for _ in range(2):
-            reporter.add(1_075_000_000)
-            recorded.append(now())
-    reporter.start("extract.py: checking the sha256 of every file it wrote")
+    reporter.start("extract.py: copying tensor bytes", passes=2)
+    recorded.append(now())
+    for _ in range(3):  # copied and hashed lines interleave
+        reporter.add(1_075_000_000)
+        recorded.append(now())
+    reporter.relabel("extract.py: checking the sha256 of every file it wrote")
+    recorded.append(now())
+    reporter.add(1_075_000_000)
+    recorded.append(now())
+    reporter.add(5_000)  # hashing counts the headers, index and config too: never past the phase
     recorded.append(now())
     reporter.start("done")
     recorded.append(now())
     done = [p["done"] for p in recorded]
     assert done == sorted(done) and done[0] == 0, done
     assert {p["total"] for p in recorded} == {3 * 2_150_000_000}
-    assert done[-1] == 3 * 2_150_000_000 and done[2] == done[3] == 2_150_000_000
+    assert done[2] == done[3] == 2_150_000_000 and done[6] == done[7] == 2_150_000_000 + 3 * 1_075_000_000
+    assert done[8] == done[9] == done[10] == 3 * 2_150_000_000
+    assert recorded[7]["message"].startswith("extract.py: checking")

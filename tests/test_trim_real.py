@@ -358,6 +358,59 @@ def test_extract_py_on_a_changed_source_fails_clearly_and_writes_nothing(tmp_pat
     assert not again.exists()
 
 
+def test_extract_py_finds_changed_tensor_bytes_by_the_shard_hash_and_writes_nothing(tmp_path: Path) -> None:
+    """A kept tensor's bytes changed in place (header, dtype, shape and offsets all as planned): only the
+    check of the written shard against its embedded sha256 can see it, and the script names that shard."""
+    root = tmp_path / "root"
+    source = _small_v3(root)
+    trim(runtime(tmp_path), {"model": "v3", "output": "out"})
+    manifest = json.loads((root / "out" / "trim_manifest.json").read_text())
+    shard = source / V3_SHARDS[0]
+    header = parse_header(str(shard))
+    entry = header.entries["model.embed_tokens.weight"]  # kept by every trim
+    with open(shard, "r+b") as handle:
+        handle.seek(header.data_start + entry.begin)
+        first = handle.read(1)
+        handle.seek(header.data_start + entry.begin)
+        handle.write(bytes([first[0] ^ 0xFF]))
+    written = [name for name in manifest["script"]["writes"] if name.endswith(".safetensors")]
+    again = tmp_path / "again"
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", str(root / "out" / "extract.py"), str(source), str(again)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1 and "differ from the recorded checkpoint" in proc.stderr, proc.stderr
+    named = proc.stderr.split("checkpoint: ", 1)[1].strip().split(", ")
+    assert len(named) == 1 and named[0] in written, (named, written)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["root", "state"], "no OUTPUT_DIR, no partial one"
+
+
+def test_extract_py_progress_lines_stay_whole_while_checks_overlap_the_copy(tmp_path: Path) -> None:
+    """With --progress the copier and the checking workers print from several threads: every line is whole,
+    the copied bytes are the kept tensors' bytes, `written` comes once after the last copy, and every
+    written file's bytes are hashed once."""
+    root = tmp_path / "root"
+    source = _small_v3(root)
+    trim(runtime(tmp_path), {"model": "v3", "output": "out"})
+    again = tmp_path / "again"
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", str(root / "out" / "extract.py"), "--progress", str(source), str(again)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    lines = [line.split() for line in proc.stdout.splitlines()]
+    assert lines and all(len(p) == 3 and p[0] == "@progress" and p[2].isdigit() for p in lines), proc.stdout
+    kinds = [p[1] for p in lines]
+    assert kinds.count("written") == 1 and "copied" not in kinds[kinds.index("written") :]
+    kept = {t: e for shard in again.glob("*.safetensors") for t, e in parse_header(str(shard)).entries.items()}
+    assert sum(int(p[2]) for p in lines if p[1] == "copied") == sum(e.end - e.begin for e in kept.values())
+    assert sum(int(p[2]) for p in lines if p[1] == "hashed") == sum(f.stat().st_size for f in again.iterdir())
+
+
 def test_a_source_file_named_like_a_file_the_trim_writes_is_refused_not_shipped_over_it(tmp_path: Path) -> None:
     """Remote-code assets are named by the config's auto_map (core/trim/assets.py _remote_code): one named
     extract.py would have replaced the shipped script in the output."""

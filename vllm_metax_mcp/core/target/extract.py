@@ -15,6 +15,7 @@ In vllm-metax-mcp this module is also the one implementation of the safetensors 
 and of the byte copy, so the shipped script is the code that made the checkpoint.
 """
 
+import collections
 import hashlib
 import json
 import os
@@ -23,8 +24,8 @@ import stat
 import sys
 import tempfile
 import threading
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Dict, List
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Deque, Dict, List
 
 PLAN_JSON = None  # trim_model embeds the plan here (a JSON string) in the extract.py it writes
 
@@ -33,7 +34,8 @@ PIECE_BYTES = 256 << 20
 MAX_HEADER_BYTES = 100 << 20
 INDEX_NAME = "model.safetensors.index.json"
 PROGRESS_PREFIX = "@progress"
-"""--progress: each copied or hashed stretch as a line `@progress copied|hashed NBYTES` on stdout."""
+"""--progress: each copied or hashed stretch as a line `@progress copied|hashed NBYTES` on stdout, and
+`@progress written 0` once every file is written (its checks may still be running)."""
 DTYPE_BITS = {
     "F64": 64,
     "F32": 32,
@@ -275,7 +277,6 @@ def write_shard(path, items, sources, on_bytes=None):
                 if on_bytes is not None:
                     on_bytes(size)
             offset += length
-        os.fsync(fd)
     finally:
         os.close(fd)
 
@@ -287,6 +288,26 @@ def file_sha256(path, on_bytes=None):
             digest.update(chunk)
             if on_bytes is not None:
                 on_bytes(len(chunk))
+    return digest.hexdigest()
+
+
+def settle(path, on_bytes=None):
+    """A written file's sha256, read back once, then the file flushed to disk: hashing first lets the
+    kernel's writeback of the same file run meanwhile, and the read comes from the page cache while the
+    file is fresh."""
+    digest = hashlib.sha256()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        while True:
+            chunk = os.read(fd, CHUNK_BYTES)
+            if not chunk:
+                break
+            digest.update(chunk)
+            if on_bytes is not None:
+                on_bytes(len(chunk))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     return digest.hexdigest()
 
 
@@ -316,7 +337,6 @@ def copy_asset(source, target):
         out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             copy_range(fd, 0, out, 0, size)
-            os.fsync(out)
         finally:
             os.close(out)
     finally:
@@ -346,30 +366,48 @@ def extract(plan, source_dir, output_dir, progress=None):
 
 
 def _write_all(plan, source_dir, output_dir, progress):
+    """Each file written, then checked and flushed by a worker while the next one is written (copying runs
+    in the kernel, hashing releases the GIL); at most one pending check per worker, so a check reads its
+    file while it is still in the page cache."""
     lock = threading.Lock()
 
-    def hashed(nbytes):
+    def report(phase, nbytes):  # the copier and the checking workers print whole lines, one at a time
         with lock:
-            progress("hashed", nbytes)
+            progress(phase, nbytes)
 
-    shards = plan["shards"]
-    sources = open_sources(source_dir, sorted({item[1] for items in shards.values() for item in items}))
-    try:
-        for shard, items in shards.items():
-            write_shard(os.path.join(output_dir, shard), items, sources, lambda n: progress("copied", n))
-    finally:
-        close_sources(sources)
-    sized = {shard: [(item[0], item[5]) for item in items] for shard, items in shards.items()}
-    with open(os.path.join(output_dir, INDEX_NAME), "wb") as handle:
-        handle.write(index_bytes(sized))
-    with open(os.path.join(output_dir, "config.json"), "wb") as handle:
-        handle.write(plan["config"].encode("utf-8"))
-    for name in plan["assets"]:
-        copy_asset(os.path.join(source_dir, name), os.path.join(output_dir, name))
-    expected = sorted(plan["sha256"].items())
-    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:  # hashlib releases the GIL
-        digests = pool.map(lambda name: file_sha256(os.path.join(output_dir, name), hashed), [n for n, _ in expected])
-        wrong = [name for (name, sha), digest in zip(expected, digests) if digest != sha]
+    workers = min(4, os.cpu_count() or 1)
+    checks: Dict[str, Future] = {}
+    pending: Deque[Future] = collections.deque()
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+
+        def check(name):
+            if len(pending) >= workers:
+                pending.popleft().result()
+            checks[name] = pool.submit(settle, os.path.join(output_dir, name), lambda n: report("hashed", n))
+            pending.append(checks[name])
+
+        shards = plan["shards"]
+        sources = open_sources(source_dir, sorted({item[1] for items in shards.values() for item in items}))
+        try:
+            for shard, items in shards.items():
+                write_shard(os.path.join(output_dir, shard), items, sources, lambda n: report("copied", n))
+                check(shard)
+        finally:
+            close_sources(sources)
+        sized = {shard: [(item[0], item[5]) for item in items] for shard, items in shards.items()}
+        with open(os.path.join(output_dir, INDEX_NAME), "wb") as handle:
+            handle.write(index_bytes(sized))
+        check(INDEX_NAME)
+        with open(os.path.join(output_dir, "config.json"), "wb") as handle:
+            handle.write(plan["config"].encode("utf-8"))
+        check("config.json")
+        for name in plan["assets"]:
+            copy_asset(os.path.join(source_dir, name), os.path.join(output_dir, name))
+            check(name)
+        report("written", 0)
+        digests = {name: future.result() for name, future in checks.items()}
+    expected = plan["sha256"]
+    wrong = sorted(name for name in set(expected) | set(digests) if digests.get(name) != expected.get(name))
     if wrong:
         raise HeaderError("written files differ from the recorded checkpoint: %s" % ", ".join(wrong))
 

@@ -146,30 +146,39 @@ def real_trim_job(
 
 class _Reporter:
     """Progress in bytes over the whole job, written at most every PROGRESS_EVERY_S (and at each phase
-    start): each of the PHASES (hashing the source, the script's copy, the script's sha256 check) moves
-    the retained bytes once, so the job's total is PHASES times them and the count only grows."""
+    start): hashing the source moves the retained bytes once, the script's run twice (its copy and its
+    sha256 check, which overlap), so the job's total is PASSES times them and the count only grows."""
 
-    PHASES = 3
+    PASSES = 3
 
     def __init__(self, progress: Progress, nbytes: int) -> None:
         self.progress = progress
         self.nbytes = nbytes
-        self.total = nbytes * self.PHASES
+        self.total = nbytes * self.PASSES
         self.phase = ""
-        self.base = -nbytes  # where the running phase started; the first start moves it to 0
+        self.base = 0  # where the running phase started
+        self.span = 0  # the bytes the running phase moves
         self.done = 0
         self.last = 0.0
         self.lock = threading.Lock()
 
-    def start(self, phase: str) -> None:
+    def start(self, phase: str, passes: int = 1) -> None:
+        """A new phase that moves the retained bytes `passes` times."""
         with self.lock:
-            self.base = min(self.base + self.nbytes, self.total)
+            self.base = min(self.base + self.span, self.total)
+            self.span = passes * self.nbytes
             self.phase, self.done, self.last = phase, 0, time.monotonic()
             self.progress.report(self.base, self.total, phase)
 
+    def relabel(self, phase: str) -> None:
+        """The running phase goes on under a new name (what is left of it), its count kept."""
+        with self.lock:
+            self.phase, self.last = phase, time.monotonic()
+            self.progress.report(self.base + self.done, self.total, phase)
+
     def add(self, nbytes: int) -> None:
         with self.lock:
-            self.done = min(self.done + nbytes, self.nbytes)
+            self.done = min(self.done + nbytes, self.span)
             now = time.monotonic()
             if now - self.last >= PROGRESS_EVERY_S:
                 self.last = now
@@ -272,15 +281,13 @@ class _Watched:
 
     def follow(self) -> None:
         assert self.proc.stdout is not None
-        hashing = False
         for raw in self.proc.stdout:
             self.last = time.monotonic()
             parts = raw.decode("ascii", errors="replace").split()
             if len(parts) != 3 or parts[0] != PROGRESS_PREFIX or not parts[2].isdigit():
                 continue
-            if parts[1] == "hashed" and not hashing:
-                hashing = True
-                self.reporter.start(f"{SCRIPT_NAME}: checking the sha256 of every file it wrote")
+            if parts[1] == "written":
+                self.reporter.relabel(f"{SCRIPT_NAME}: checking the sha256 of every file it wrote")
             self.reporter.add(int(parts[2]))
 
 
@@ -320,7 +327,7 @@ def _execute(argv: list[str], reporter: _Reporter) -> tuple[int, str, bool]:
 def _run_script(staging: Path, job: RealTrimJob, reporter: _Reporter, expected: list[str]) -> None:
     """Run the written extract.py alone (isolated, no site-packages) into the staging directory: its output
     is the checkpoint, checked by the script against the hashes taken from the source."""
-    reporter.start(f"{SCRIPT_NAME}: copying tensor bytes")
+    reporter.start(f"{SCRIPT_NAME}: copying tensor bytes", passes=2)
     source, out = _private_source(staging, job), staging / SCRIPT_OUTPUT
     argv = [sys.executable, "-I", "-S", str(staging / SCRIPT_NAME), "--progress", str(source), str(out)]
     returncode, last, silenced = _execute(argv, reporter)
