@@ -12,14 +12,17 @@ from __future__ import annotations
 import gc
 import hashlib
 import os
+import threading
 from collections.abc import Callable, Collection, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 from ..foundation.atomic import write_bytes_atomic
+from ..foundation.process_call import ends_with_its_parent
 from ..foundation.progress import advancing
 
 PARALLEL_THRESHOLD = 8
@@ -158,16 +161,33 @@ def _apply(scan: TextScan, item: tuple[str, bytes]) -> str:
     return scan(item[1])
 
 
-_pool: ProcessPoolExecutor | None = None
-"""The worker processes, started on first use and kept for the process's life: a call that makes
-records a few at a time (a walk reading ahead) sends each batch to running workers."""
+@dataclass(frozen=True)
+class _Pool:
+    executor: ProcessPoolExecutor
+    owner: int
+    """The pid that started it: a process forked since must not use its parent's workers."""
+
+
+_pool: _Pool | None = None
+"""The worker processes, started on first use and kept for the process's life (a call's worker: one
+call): a call that makes records a few at a time (a walk reading ahead) sends each batch to running
+workers. They end with the process that started them, however it ends."""
+
+
+def _init_worker(bound: bool) -> None:
+    gc.disable()
+    if bound:
+        ends_with_its_parent()
 
 
 def _workers(count: int) -> ProcessPoolExecutor:
     global _pool
-    if _pool is None:
-        _pool = ProcessPoolExecutor(max_workers=count, initializer=gc.disable)
-    return _pool
+    if _pool is None or _pool.owner != os.getpid():
+        # the kernel ties a child's end to the thread that forked it: only the main thread outlives the pool
+        bound = threading.current_thread() is threading.main_thread()
+        executor = ProcessPoolExecutor(max_workers=count, initializer=_init_worker, initargs=(bound,))
+        _pool = _Pool(executor, os.getpid())
+    return _pool.executor
 
 
 def scan_all(items: list[tuple[str, bytes]], scan: TextScan, what: str, workers: int = 2) -> dict[str, str]:
