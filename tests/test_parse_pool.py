@@ -70,3 +70,27 @@ def _kill(pids: list[int]) -> None:
             os.kill(pid, 9)
         except ProcessLookupError:
             pass
+
+
+KILL_ONE = r"""
+import os, signal, time
+from vllm_metax_mcp.core.code.blob_store import PARALLEL_THRESHOLD, scan_all
+items = [(str(n), b"x" * n) for n in range(PARALLEL_THRESHOLD * 2)]
+expected = {str(n): n for n in range(PARALLEL_THRESHOLD * 2)}
+assert scan_all(items, len, "scanning") == expected
+pid = os.getpid()
+victim = int(open(f"/proc/{pid}/task/{pid}/children").read().split()[0])
+os.kill(victim, signal.SIGKILL)  # between two batches, as the OOM killer might
+while os.path.exists(f"/proc/{victim}"):  # reaped by the pool's own thread, which marks the pool broken
+    time.sleep(0.01)
+assert scan_all(items, len, "scanning") == expected
+print("answered")
+"""
+
+
+def test_a_pool_worker_killed_between_batches_costs_the_next_batch_nothing() -> None:
+    """The kept pool breaks when one of its workers dies; the next scan runs on new workers instead of
+    failing a call for work that never ran."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    out = subprocess.run([sys.executable, "-c", KILL_ONE], env=env, timeout=120, capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "answered", out.stderr[-2000:]

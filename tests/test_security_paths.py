@@ -1033,6 +1033,7 @@ REVIEWED_READS = {
     ): "opens a path the caller resolved and checked, never following a final link",
     ("core/foundation/policy.py", "copy_resolved"): "through open_resolved; writes a new file",
     ("core/foundation/atomic.py", "write_bytes_atomic"): "writes its own temporary file",
+    ("core/foundation/atomic.py", "_flush"): "fsyncs its own staged output: files and folders, O_NOFOLLOW",
     (
         "core/foundation/atomic.py",
         "output_marker",

@@ -19,6 +19,7 @@ from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
+from multiprocessing import get_context
 from pathlib import Path
 
 from ..foundation.atomic import write_bytes_atomic
@@ -169,40 +170,71 @@ class _Pool:
 
 
 _pool: _Pool | None = None
-"""The worker processes, started on first use and kept for the process's life (a call's worker: one
-call): a call that makes records a few at a time (a walk reading ahead) sends each batch to running
-workers. They end with the process that started them, however it ends."""
+"""The worker processes of the main thread, started on first use and kept for the process's life (a
+call's worker: one call): a call that makes records a few at a time (a walk reading ahead) sends each
+batch to running workers. They end with the process that started them, however it ends."""
 
 
-def _init_worker(bound: bool) -> None:
+def _init_worker(parent: int | None) -> None:
     gc.disable()
-    if bound:
-        ends_with_its_parent()
+    ends_with_its_parent(parent)
 
 
-def _workers(count: int) -> ProcessPoolExecutor:
+def _new_pool(count: int, parent: int | None) -> ProcessPoolExecutor:
+    """Forked workers (as the call's own pools are: the call's worker is single-threaded when it forks)."""
+    return ProcessPoolExecutor(
+        max_workers=count, mp_context=get_context("fork"), initializer=_init_worker, initargs=(parent,)
+    )
+
+
+@contextmanager
+def _workers(count: int) -> Iterator[ProcessPoolExecutor]:
+    """The main thread's kept pool; another thread (a tool run in the server's threads) gets a pool for this
+    batch only: the kernel ties a child's end to the thread that forked it, and such threads come and go."""
     global _pool
+    if threading.current_thread() is not threading.main_thread():
+        with _new_pool(count, None) as transient:
+            yield transient
+        return
     if _pool is None or _pool.owner != os.getpid():
-        # the kernel ties a child's end to the thread that forked it: only the main thread outlives the pool
-        bound = threading.current_thread() is threading.main_thread()
-        executor = ProcessPoolExecutor(max_workers=count, initializer=_init_worker, initargs=(bound,))
-        _pool = _Pool(executor, os.getpid())
-    return _pool.executor
+        _pool = _Pool(_new_pool(count, os.getpid()), os.getpid())
+    yield _pool.executor
+
+
+def _drop_broken_pool() -> None:
+    global _pool
+    if _pool is not None and _pool.owner == os.getpid():
+        _pool.executor.shutdown(wait=False, cancel_futures=True)
+    _pool = None
+
+
+def _scan_in_workers(items: list[tuple[str, bytes]], run: Callable[..., str], what: str, workers: int) -> list[str]:
+    """The texts in worker processes. Scans are pure, so a batch whose pool broke (a worker killed, between
+    batches or during this one) runs once more on new workers; a second break is the answer."""
+    chunks = max(1, len(items) // (workers * 32))
+
+    def mapped() -> list[str]:
+        with _workers(workers) as pool:
+            return list(advancing(pool.map(run, items, chunksize=chunks), len(items), what))
+
+    try:
+        return mapped()
+    except BrokenProcessPool:
+        _drop_broken_pool()
+    try:
+        return mapped()
+    except BrokenProcessPool:
+        _drop_broken_pool()
+        raise
 
 
 def scan_all(items: list[tuple[str, bytes]], scan: TextScan, what: str, workers: int = 2) -> dict[str, str]:
     """`scan` of each (sha, bytes), biggest first so the workers finish together; in worker processes
     when there are several (`scan` must then be a module-level function or a partial of one)."""
-    global _pool
     items = sorted(items, key=lambda item: -len(item[1]))
     run = partial(_apply, scan)
     if len(items) >= PARALLEL_THRESHOLD and workers > 1:
-        chunks = max(1, len(items) // (workers * 32))
-        try:
-            texts = list(advancing(_workers(workers).map(run, items, chunksize=chunks), len(items), what))
-        except BrokenProcessPool:
-            _pool = None  # a worker died (killed, out of memory): the next batch starts new ones
-            raise
+        texts = _scan_in_workers(items, run, what, workers)
     else:
         texts = [run(item) for item in advancing(items, len(items), what)]
     return {sha: text for (sha, _), text in zip(items, texts, strict=True)}

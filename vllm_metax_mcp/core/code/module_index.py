@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Literal
 
+from ..foundation.errors import ToolFailure
 from ..foundation.state import StateStore
 from ..sources.subjects import Subject
 from .blob_store import BUNDLE_THRESHOLD, BlobStore, bundle_key, collection_paused, scan_all
@@ -302,17 +303,25 @@ class _Tree:
     def __init__(self, subject: Subject, cache: RecordCache, shas: dict[str, str]) -> None:
         self.subject, self.cache, self.shas = subject, cache, shas
         self.modules: dict[str, IndexedModule] = {}
-        self._sources: Mapping[str, bytes] | None = None
+        self._sources: dict[str, bytes] | None = None
 
     def read(self, paths: list[str]) -> Mapping[str, bytes]:
         """The bytes of modules to parse. Where one read of many costs what one read of one does (a git
         subject: a process per read), the first read takes every module of the tree at once, so records
-        made one at a time do not cost a read each."""
+        made one at a time do not cost a read each; each module's bytes are let go once handed out (its
+        record is then kept), and a tree that cannot be read whole (a partial clone) is read as asked."""
         if not self.subject.batched_reads:
             return self.subject.read_many(paths)
         if self._sources is None:
-            self._sources = self.subject.read_many(self.shas)
-        return self._sources
+            try:
+                self._sources = dict(self.subject.read_many(self.shas))
+            except ToolFailure:
+                self._sources = {}
+        found = {path: self._sources.pop(path) for path in paths if path in self._sources}
+        missing = [path for path in paths if path not in found]
+        if missing:
+            found |= self.subject.read_many(missing)
+        return found
 
     def record(self, path: str) -> ModuleRecord:
         sha = self.shas[path]

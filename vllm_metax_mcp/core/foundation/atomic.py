@@ -227,6 +227,28 @@ def _check(target: Path, shown: str | None, policy: Policy | None) -> None:
         check_replaceable(target, shown)
 
 
+def _flush(path: Path | str) -> None:
+    """One regular file or folder of the server's own staged output flushed to disk (no link followed)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _flush_tree(directory: Path) -> None:
+    """Every file and folder of a staged output made durable before it is renamed into place, so a crash
+    after the rename never shows the output with missing or empty files. A file already flushed (a real
+    trim's shards) costs nothing again."""
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                _flush_tree(Path(entry.path))
+            elif entry.is_file(follow_symlinks=False):
+                _flush(entry.path)
+    _flush(directory)
+
+
 @contextmanager
 def staged_directory(
     target: Path, *, replace: bool = False, tag: str = "", shown: str | None = None, policy: Policy | None = None
@@ -264,7 +286,9 @@ def staged_directory(
             os.chmod(staging, stat.S_IMODE(os.lstat(target).st_mode))  # the replacement keeps the old output's mode
             retired = Path(tempfile.mkdtemp(prefix=scratch_prefix(target, tag), suffix=".old", dir=target.parent))
             os.replace(target, retired / "old")
+        _flush_tree(staging)
         os.replace(staging, target)
+        _flush(target.parent)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         if retired is not None and (retired / "old").exists() and not target.exists():

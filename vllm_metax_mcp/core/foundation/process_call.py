@@ -151,16 +151,19 @@ def _end_group(signum: int, frame: Any) -> None:
     os.killpg(0, signal.SIGKILL)
 
 
-def ends_with_its_parent() -> None:
-    """For a helper process a worker forks (a parse pool's): killed by the kernel when the worker exits,
-    however it exits (`os._exit` on a cancel runs no pool shutdown), and SIGTERM/SIGHUP back to their
-    default, so a group stop ends it even if it was forked while the worker was ignoring them."""
+def ends_with_its_parent(parent: int | None) -> None:
+    """For a helper process a worker forks (a parse pool's): SIGTERM/SIGHUP back to their default, so a
+    group stop ends it even if it was forked while the worker was ignoring them; and with `parent` (the
+    forking pid, which must have forked from its main thread) killed by the kernel when that process
+    exits, however it exits (`os._exit` on a cancel runs no pool shutdown)."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    if parent is None:
+        return
     prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)
     if prctl is not None:
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() == 1:  # the parent was gone before the request took
+    if os.getppid() != parent:  # the parent was gone before the request took (reparented to init or a subreaper)
         os._exit(0)
 
 

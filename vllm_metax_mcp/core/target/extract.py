@@ -291,14 +291,16 @@ def file_sha256(path, on_bytes=None):
     return digest.hexdigest()
 
 
-def settle(path, on_bytes=None):
+def settle(path, on_bytes=None, stop=None):
     """A written file's sha256, read back once, then the file flushed to disk: hashing first lets the
     kernel's writeback of the same file run meanwhile, and the read comes from the page cache while the
-    file is fresh."""
+    file is fresh. None once `stop` (an Event) is set: the write failed and nobody needs the answer."""
     digest = hashlib.sha256()
     fd = os.open(path, os.O_RDONLY)
     try:
         while True:
+            if stop is not None and stop.is_set():
+                return None
             chunk = os.read(fd, CHUNK_BYTES)
             if not chunk:
                 break
@@ -343,6 +345,15 @@ def copy_asset(source, target):
         os.close(fd)
 
 
+def flush_directory(path):
+    """A directory's entries made durable (the names of the files in it, or a rename into it)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def close_sources(sources):
     for fd, _ in sources.values():
         os.close(fd)
@@ -359,7 +370,9 @@ def extract(plan, source_dir, output_dir, progress=None):
     )
     try:
         _write_all(plan, source_dir, partial, progress or (lambda phase, nbytes: None))
+        flush_directory(partial)
         os.rename(partial, output_dir)
+        flush_directory(os.path.dirname(output_dir))
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
@@ -378,38 +391,49 @@ def _write_all(plan, source_dir, output_dir, progress):
     workers = min(4, os.cpu_count() or 1)
     checks: Dict[str, Future] = {}
     pending: Deque[Future] = collections.deque()
+    stop = threading.Event()
     with ThreadPoolExecutor(max_workers=workers) as pool:
 
         def check(name):
             if len(pending) >= workers:
                 pending.popleft().result()
-            checks[name] = pool.submit(settle, os.path.join(output_dir, name), lambda n: report("hashed", n))
+            path = os.path.join(output_dir, name)
+            checks[name] = pool.submit(settle, path, lambda n: report("hashed", n), stop)
             pending.append(checks[name])
 
-        shards = plan["shards"]
-        sources = open_sources(source_dir, sorted({item[1] for items in shards.values() for item in items}))
         try:
-            for shard, items in shards.items():
-                write_shard(os.path.join(output_dir, shard), items, sources, lambda n: report("copied", n))
-                check(shard)
-        finally:
-            close_sources(sources)
-        sized = {shard: [(item[0], item[5]) for item in items] for shard, items in shards.items()}
-        with open(os.path.join(output_dir, INDEX_NAME), "wb") as handle:
-            handle.write(index_bytes(sized))
-        check(INDEX_NAME)
-        with open(os.path.join(output_dir, "config.json"), "wb") as handle:
-            handle.write(plan["config"].encode("utf-8"))
-        check("config.json")
-        for name in plan["assets"]:
-            copy_asset(os.path.join(source_dir, name), os.path.join(output_dir, name))
-            check(name)
-        report("written", 0)
-        digests = {name: future.result() for name, future in checks.items()}
+            _write_every_file(plan, source_dir, output_dir, report, check)
+            digests = {name: future.result() for name, future in checks.items()}
+        except BaseException:
+            stop.set()  # the checks still running end at their next chunk instead of hashing on
+            raise
     expected = plan["sha256"]
     wrong = sorted(name for name in set(expected) | set(digests) if digests.get(name) != expected.get(name))
     if wrong:
         raise HeaderError("written files differ from the recorded checkpoint: %s" % ", ".join(wrong))
+
+
+def _write_every_file(plan, source_dir, output_dir, report, check):
+    """Every file of the plan written, each handed to `check(name)` once complete."""
+    shards = plan["shards"]
+    sources = open_sources(source_dir, sorted({item[1] for items in shards.values() for item in items}))
+    try:
+        for shard, items in shards.items():
+            write_shard(os.path.join(output_dir, shard), items, sources, lambda n: report("copied", n))
+            check(shard)
+    finally:
+        close_sources(sources)
+    sized = {shard: [(item[0], item[5]) for item in items] for shard, items in shards.items()}
+    with open(os.path.join(output_dir, INDEX_NAME), "wb") as handle:
+        handle.write(index_bytes(sized))
+    check(INDEX_NAME)
+    with open(os.path.join(output_dir, "config.json"), "wb") as handle:
+        handle.write(plan["config"].encode("utf-8"))
+    check("config.json")
+    for name in plan["assets"]:
+        copy_asset(os.path.join(source_dir, name), os.path.join(output_dir, name))
+        check(name)
+    report("written", 0)
 
 
 def _report_progress(phase, nbytes):
