@@ -72,14 +72,27 @@ def fine_grained_history(dest: Path, versions: list[str]) -> UpstreamHistory:
     return history
 
 
-def run_tool(root: Path, base: str, target: str, action: Action) -> tuple[float, AuditCommitsOutput]:
+def run_tool(
+    root: Path, base: str, target: str, action: Action, cursor: str | None = None
+) -> tuple[float, AuditCommitsOutput]:
     env = ToolEnv(runtime=Runtime.create([str(root)], state_dir=str(root / "state")), tool="audit_commits")
     arguments = AuditCommitsInput(
-        plugin_repo="plugin", upstream="vllm", target=target, base=base, action=action, limit=MAX_LIMIT
+        plugin_repo="plugin", upstream="vllm", target=target, base=base, action=action, limit=MAX_LIMIT, cursor=cursor
     )
     start = time.perf_counter()
     output = audit_commits(arguments, env)
     return time.perf_counter() - start, output
+
+
+def every_listed(root: Path, base: str, target: str, first: AuditCommitsOutput) -> set[str]:
+    """The shas of every page of the list (the first page is cut by its size budget), untimed."""
+    found = {c.sha for c in first.commits}
+    cursor = first.next_cursor
+    while cursor:
+        _, page = run_tool(root, base, target, "list", cursor)
+        found |= {c.sha for c in page.commits}
+        cursor = page.next_cursor
+    return found
 
 
 def raw_git(root: Path, base: str, target: str, paths: list[str]) -> tuple[float, set[str]]:
@@ -128,11 +141,11 @@ def rows(*versions: str) -> list[BenchRow]:
         status_s, status = run_tool(root, base, target, "status")
         tracked = sorted({f.upstream for f in status.files if f.upstream and f.base})
         reference, by_git = raw_git(root, base, target, tracked)
+        mine = every_listed(root, base, target, listed)
     print(
         f"history {base}..{target}: {commits} commits (built in {built:.1f} s); {len(status.files)} plugin files, "
         f"{len(tracked)} upstream counterparts tracked"
     )
-    mine = {c.sha for c in listed.commits}
     print(
         f"listed {listed.summary.total} commits touching them; "
         f"first page {len(listed.commits)} with symbols and dependents"

@@ -250,15 +250,18 @@ class RecordCache:
             self.memory[sha] = record
         return record is not None
 
-    def outlines(self, subject: Subject, shas: Mapping[str, str]) -> dict[str, Outline]:
-        """The outline of every (path, sha), by path: a tree's are read as one bundle once made."""
+    def outlines(
+        self, subject: Subject, shas: Mapping[str, str], read: SourceReader | None = None
+    ) -> dict[str, Outline]:
+        """The outline of every (path, sha), by path: a tree's are read as one bundle once made (the
+        bytes of the misses from `read`, by default the subject's)."""
         unique = set(shas.values()) - self._outlines.keys()
         if unique:
             key = bundle_key(unique) if len(unique) >= BUNDLE_THRESHOLD else None
             stored = self.outline_blobs.read(unique, key)
             missing = {sha: path for path, sha in shas.items() if sha in unique and sha not in stored}
             if missing:
-                sources = subject.read_many(missing.values())
+                sources = (read or subject.read_many)(list(missing.values()))
                 items = [(sha, sources[path]) for sha, path in missing.items()]
                 scanned = scan_all(items, _outline_text, f"outlining {len(items)} modules")
                 self.outline_blobs.append(scanned)
@@ -310,6 +313,14 @@ class _Tree:
         subject: a process per read), the first read takes every module of the tree at once, so records
         made one at a time do not cost a read each; each module's bytes are let go once handed out (its
         record is then kept), and a tree that cannot be read whole (a partial clone) is read as asked."""
+        return self._read(paths, keep=False)
+
+    def read_kept(self, paths: list[str]) -> Mapping[str, bytes]:
+        """`read` for whole-tree passes (the outlines, upstream's registry): the bytes stay for the records
+        made after them, so the tree is read once for all."""
+        return self._read(paths, keep=True)
+
+    def _read(self, paths: list[str], keep: bool) -> Mapping[str, bytes]:
         if not self.subject.batched_reads:
             return self.subject.read_many(paths)
         if self._sources is None:
@@ -317,7 +328,8 @@ class _Tree:
                 self._sources = dict(self.subject.read_many(self.shas))
             except ToolFailure:
                 self._sources = {}
-        found = {path: self._sources.pop(path) for path in paths if path in self._sources}
+        sources = self._sources
+        found = {path: sources[path] if keep else sources.pop(path) for path in paths if path in sources}
         missing = [path for path in paths if path not in found]
         if missing:
             found |= self.subject.read_many(missing)
@@ -392,6 +404,14 @@ class ModuleIndex:
             tree.modules[path] = IndexedModule(name, side, path, path.endswith("__init__.py"), tree=tree)
             self.modules.setdefault(name, tree.modules[path])
 
+    def reader(self, side: Side, subject: Subject) -> SourceReader:
+        """How a whole-tree pass over `subject` reads it: through its tree in this index when it has one
+        (one read of the tree serves that pass, the outlines and the records), else the subject itself."""
+        for tree in self._trees.get(side, []):
+            if tree.subject is subject:
+                return tree.read_kept
+        return subject.read_many
+
     def load(self, modules: Iterable[IndexedModule]) -> None:
         """Read or parse the records of many modules at once (in parallel where they need parsing)."""
         by_tree: dict[int, tuple[_Tree, dict[str, str]]] = {}
@@ -418,7 +438,7 @@ class ModuleIndex:
         cannot vouch for gets one from its full record."""
         found: dict[str, Outline] = {}
         for tree in self._trees.get(side, []):
-            by_path = tree.cache.outlines(tree.subject, tree.shas)
+            by_path = tree.cache.outlines(tree.subject, tree.shas, read=tree.read_kept)
             for path, module in tree.modules.items():
                 if self.modules.get(module.name) is module:
                     found[module.name] = by_path[path] if by_path[path].exact else _record_outline(module.record)

@@ -6,7 +6,7 @@ import ast
 import hashlib
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ..foundation.atomic import write_bytes_atomic
@@ -99,11 +99,14 @@ def _table_entries(path: str, tree: ast.AST, wanted: Callable[[str], bool]) -> l
     return found
 
 
-def upstream_registry(subject: Subject, prefix: str = "vllm/") -> list[Registration]:
-    """Every entry of upstream's registry tables, in one pass: only files holding such entries are parsed."""
+def upstream_registry(
+    subject: Subject, prefix: str = "vllm/", read: Callable[[list[str]], Mapping[str, bytes]] | None = None
+) -> list[Registration]:
+    """Every entry of upstream's registry tables, in one pass: only files holding such entries are parsed
+    (the files read by `read`, by default the subject's)."""
     found: list[Registration] = []
     candidates = [p for p in subject.list(prefix) if p.endswith(".py")]
-    for path, source in sorted(subject.read_many(candidates).items()):
+    for path, source in sorted((read or subject.read_many)(candidates).items()):
         if not _TABLE_ENTRY.search(source):
             continue
         try:
@@ -117,7 +120,12 @@ def upstream_registry(subject: Subject, prefix: str = "vllm/") -> list[Registrat
 REGISTRY_VERSION = 2
 
 
-def cached_upstream_registry(store: StateStore, subject: Subject, prefix: str = "vllm/") -> list[Registration]:
+def cached_upstream_registry(
+    store: StateStore,
+    subject: Subject,
+    prefix: str = "vllm/",
+    read: Callable[[list[str]], Mapping[str, bytes]] | None = None,
+) -> list[Registration]:
     """`upstream_registry`, cached under a key of the tree's (path, blob) list: a second call reads one file."""
     entries = subject.entries()
     listed = "\n".join(f"{p} {entries[p].sha}" for p in sorted(subject.list(prefix)) if p.endswith(".py"))
@@ -129,7 +137,7 @@ def cached_upstream_registry(store: StateStore, subject: Subject, prefix: str = 
             return [Registration(**item) for item in cached]
     except (ValueError, TypeError):
         pass  # unreadable or of another shape: computed again
-    found = upstream_registry(subject, prefix)
+    found = upstream_registry(subject, prefix, read)
     write_bytes_atomic(store.path(relative), json.dumps([vars(r) for r in found]).encode(), durable=False)
     return found
 

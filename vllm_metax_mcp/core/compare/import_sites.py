@@ -181,6 +181,28 @@ def _decide(context: PairingContext, pair: Pair, votes: list[SiteVote]) -> None:
         pair.flag("conflict", 0.1)
 
 
+def _read_ahead(context: PairingContext, pairs: list[Pair]) -> None:
+    """The upstream records a round's votes read, parsed in two batches (in parallel) rather than one at a
+    time as the votes reach them: the counterparts, then the modules they import names from (a name that
+    is a submodule needs no record of its package)."""
+    index, upstream_modules = context.trees.index, context.trees.upstream_modules
+    counterparts = [
+        module
+        for pair in pairs
+        for path in (pair.upstream, *pair.merged_from)
+        if path is not None and (module := upstream_modules.get(path)) is not None
+    ]
+    index.load(counterparts)
+    targets: set[str] = set()
+    for module in counterparts:
+        for record in module.record.imports:
+            target = module.absolute(record.module)
+            names = [name for name, _ in record.names if f"{target}.{name}" not in index.modules]
+            if record.branch != "not_taken" and names:
+                targets.add(target)
+    index.load(module for name in sorted(targets) if (module := index.get(name)) is not None)
+
+
 def apply_import_sites(context: PairingContext, pairs: list[Pair]) -> None:
     """Pair (or confirm, or contest) files from the imports of trusted pairs, to a fixed point."""
     by_local = {p.local: p for p in pairs}
@@ -188,9 +210,9 @@ def apply_import_sites(context: PairingContext, pairs: list[Pair]) -> None:
     votes: dict[str, list[SiteVote]] = {}
     for _ in range(MAX_ROUNDS):
         fresh: set[str] = set()
-        for pair in pairs:
-            if pair.local in consulted or pair.rule not in TRUSTED or pair.upstream is None:
-                continue
+        due = [p for p in pairs if p.local not in consulted and p.rule in TRUSTED and p.upstream is not None]
+        _read_ahead(context, due)
+        for pair in due:
             consulted.add(pair.local)
             for local, vote in votes_of(context, pair):
                 if local in by_local and vote not in votes.get(local, []):

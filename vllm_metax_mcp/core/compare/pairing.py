@@ -348,7 +348,7 @@ def build_trees(
     with phase("indexing plugin and upstream modules", 0.9):  # nearly all of a cold call: parsing
         index.add_tree("plugin", local, cache, sorted({package.root, *prefixes}))
         index.add_tree("upstream", upstream, cache, [UPSTREAM_ROOT + "/", *extra])
-    registry = cached_upstream_registry(cache.store, upstream, UPSTREAM_ROOT + "/")
+    registry = cached_upstream_registry(cache.store, upstream, UPSTREAM_ROOT + "/", index.reader("upstream", upstream))
     return Trees(local, upstream, index, package, registry)
 
 
