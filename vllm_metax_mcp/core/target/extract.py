@@ -380,8 +380,8 @@ def extract(plan, source_dir, output_dir, progress=None):
 
 def _write_all(plan, source_dir, output_dir, progress):
     """Each file written, then checked and flushed by a worker while the next one is written (copying runs
-    in the kernel, hashing releases the GIL); at most one pending check per worker, so a check reads its
-    file while it is still in the page cache."""
+    in the kernel, hashing releases the GIL); a shard is written only while fewer checks wait than there
+    are workers, so a check reads its file while it is still in the page cache."""
     lock = threading.Lock()
 
     def report(phase, nbytes):  # the copier and the checking workers print whole lines, one at a time
@@ -394,15 +394,17 @@ def _write_all(plan, source_dir, output_dir, progress):
     stop = threading.Event()
     with ThreadPoolExecutor(max_workers=workers) as pool:
 
-        def check(name):
-            if len(pending) >= workers:
+        def room():  # before a shard is written: no more checks waiting than workers to run them
+            while len(pending) >= workers:
                 pending.popleft().result()
+
+        def check(name):
             path = os.path.join(output_dir, name)
             checks[name] = pool.submit(settle, path, lambda n: report("hashed", n), stop)
             pending.append(checks[name])
 
         try:
-            _write_every_file(plan, source_dir, output_dir, report, check)
+            _write_every_file(plan, source_dir, output_dir, report, room, check)
             digests = {name: future.result() for name, future in checks.items()}
         except BaseException:
             stop.set()  # the checks still running end at their next chunk instead of hashing on
@@ -413,12 +415,14 @@ def _write_all(plan, source_dir, output_dir, progress):
         raise HeaderError("written files differ from the recorded checkpoint: %s" % ", ".join(wrong))
 
 
-def _write_every_file(plan, source_dir, output_dir, report, check):
-    """Every file of the plan written, each handed to `check(name)` once complete."""
+def _write_every_file(plan, source_dir, output_dir, report, room, check):
+    """Every file of the plan written, each handed to `check(name)` once complete; `room()` before each
+    shard."""
     shards = plan["shards"]
     sources = open_sources(source_dir, sorted({item[1] for items in shards.values() for item in items}))
     try:
         for shard, items in shards.items():
+            room()
             write_shard(os.path.join(output_dir, shard), items, sources, lambda n: report("copied", n))
             check(shard)
     finally:
