@@ -332,6 +332,12 @@ def test_a_submodel_is_renamed_by_its_own_depth_only_when_one_prefix_holds_its_l
     assert sum(n.startswith("model.visual.") for n in tensor_bytes(root / "vl2-tiny")) == 8
 
 
+def run_shipped(output: Path, source: Path, target: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    """The extract.py a trim shipped, run alone (isolated interpreter, no site-packages) into `target`."""
+    argv = [sys.executable, "-I", "-S", str(output / "extract.py"), *flags, str(source), str(target)]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+
+
 def test_extract_py_on_a_changed_source_fails_clearly_and_writes_nothing(tmp_path: Path) -> None:
     root = tmp_path / "root"
     source = _small_v3(root)
@@ -339,21 +345,11 @@ def test_extract_py_on_a_changed_source_fails_clearly_and_writes_nothing(tmp_pat
     trim(runtime(tmp_path), {"model": "v3", "output": "out"})
     (source / "tokenizer.json").write_text('{"version": "2.0"}')
     again = tmp_path / "again"
-    proc = subprocess.run(
-        [sys.executable, "-I", "-S", str(root / "out" / "extract.py"), str(source), str(again)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run_shipped(root / "out", source, again)
     assert proc.returncode == 1 and "tokenizer.json" in proc.stderr and str(tmp_path) not in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["root", "state"], "no OUTPUT_DIR, no partial one"
     (source / V3_SHARDS[0]).unlink()
-    proc = subprocess.run(
-        [sys.executable, "-I", "-S", str(root / "out" / "extract.py"), str(source), str(again)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run_shipped(root / "out", source, again)
     assert proc.returncode == 1 and V3_SHARDS[0] in proc.stderr and str(tmp_path) not in proc.stderr
     assert not again.exists()
 
@@ -375,12 +371,7 @@ def test_extract_py_finds_changed_tensor_bytes_by_the_shard_hash_and_writes_noth
         handle.write(bytes([first[0] ^ 0xFF]))
     written = [name for name in manifest["script"]["writes"] if name.endswith(".safetensors")]
     again = tmp_path / "again"
-    proc = subprocess.run(
-        [sys.executable, "-I", "-S", str(root / "out" / "extract.py"), str(source), str(again)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run_shipped(root / "out", source, again)
     assert proc.returncode == 1 and "differ from the recorded checkpoint" in proc.stderr, proc.stderr
     named = proc.stderr.split("checkpoint: ", 1)[1].strip().split(", ")
     assert len(named) == 1 and named[0] in written, (named, written)
@@ -395,13 +386,8 @@ def test_extract_py_progress_lines_stay_whole_while_checks_overlap_the_copy(tmp_
     source = _small_v3(root)
     trim(runtime(tmp_path), {"model": "v3", "output": "out"})
     again = tmp_path / "again"
-    proc = subprocess.run(
-        [sys.executable, "-I", "-S", str(root / "out" / "extract.py"), "--progress", str(source), str(again)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
+    proc = run_shipped(root / "out", source, again, "--progress")
+    assert proc.returncode == 0, proc.stderr
     lines = [line.split() for line in proc.stdout.splitlines()]
     assert lines and all(len(p) == 3 and p[0] == "@progress" and p[2].isdigit() for p in lines), proc.stdout
     kinds = [p[1] for p in lines]
