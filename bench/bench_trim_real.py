@@ -160,10 +160,14 @@ def rows(gib: float = 3.0) -> list[BenchRow]:
     with tempfile.TemporaryDirectory(prefix="bench-trim-", dir=os.environ.get("BENCH_DIR")) as tmp:
         root = Path(tmp)
         retained, shard_bytes = write_checkpoint(root / "source", gib)
+        os.sync()  # each measurement starts with nothing dirty: no copy pays for the writeback of the one before
         reference = raw_copy(root / "source", root / "raw", retained)
         shutil.rmtree(root / "raw")
+        os.sync()
         result, peak = trim_in_child(root)
+        os.sync()
         reference = min(reference, raw_copy(root / "source", root / "raw2", retained))
+        os.sync()
         durable = raw_copy(root / "source", root / "raw3", retained, durable=True)
         phases = result["phases"]
         copy_s = phases["extract.py: copying tensor bytes"]
