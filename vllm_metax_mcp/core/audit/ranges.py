@@ -102,8 +102,7 @@ def _one_base(
     """Every file's base is the one release, with the counterpart pairing finds there: no release is
     chosen, so no file is read and no line counted (`closest_releases` counts them to choose)."""
     pairs = known.get(release.commit or "") or release_pairs(plugin, release, cache, inputs)
-    kept = (Status.CHANGED, Status.IDENTICAL)
-    found = {p.local: p.upstream for p in pairs if p.upstream is not None and p.status in kept}
+    found = {p.local: p.counterpart for p in pairs}
     bases = {}
     for local in inputs.local_files:
         path = found.get(local)

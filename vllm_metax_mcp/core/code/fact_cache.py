@@ -51,7 +51,7 @@ class FactCache:
             plain = {sha for sha, data in items if needles and not any(needle in data for needle in needles)}
             wanted = [(sha, data) for sha, data in items if sha not in plain]
             scanned = dict.fromkeys(plain, "{}")
-            scanned.update(scan_all(wanted, partial(_as_text, scan), f"scanning {len(items)} files"))
+            scanned.update(scan_all(wanted, partial(_as_text, scan), f"scanning {len(wanted)} files"))
             self.blobs.append(scanned)
             stored.update(scanned)
         if key is not None and (missing or not self.blobs.has_bundle(key)):

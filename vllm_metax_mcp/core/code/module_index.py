@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Literal
 
 from ..foundation.errors import ToolFailure
 from ..foundation.state import StateStore
-from ..sources.subjects import Subject
+from ..sources.subjects import SourceReader, Subject
 from .blob_store import BUNDLE_THRESHOLD, BlobStore, bundle_key, collection_paused, scan_all
 from .import_scan import Branch, ImportKind
 from .outline import Outline, OutlineDefinition, OutlineImport, outline
@@ -29,8 +29,6 @@ from .scanner import DetailRow, GraphRow, scan_row
 RECORD_VERSION = 7
 OUTLINE_VERSION = 1
 
-SourceReader = Callable[[list[str]], Mapping[str, bytes]]
-"""The bytes of the given paths of a tree."""
 Side = Literal["plugin", "upstream"]
 """Which tree a module of an index comes from: the plugin subject or upstream vLLM."""
 DefinitionKind = Literal["class", "function", "assignment"]

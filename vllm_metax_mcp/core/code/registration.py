@@ -6,12 +6,12 @@ import ast
 import hashlib
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..foundation.atomic import write_bytes_atomic
 from ..foundation.state import StateStore
-from ..sources.subjects import Subject
+from ..sources.subjects import SourceReader, Subject
 from .dispatch import walk_nodes
 from .op_scanners import const_string
 
@@ -99,9 +99,7 @@ def _table_entries(path: str, tree: ast.AST, wanted: Callable[[str], bool]) -> l
     return found
 
 
-def upstream_registry(
-    subject: Subject, prefix: str = "vllm/", read: Callable[[list[str]], Mapping[str, bytes]] | None = None
-) -> list[Registration]:
+def upstream_registry(subject: Subject, prefix: str = "vllm/", read: SourceReader | None = None) -> list[Registration]:
     """Every entry of upstream's registry tables, in one pass: only files holding such entries are parsed
     (the files read by `read`, by default the subject's)."""
     found: list[Registration] = []
@@ -124,7 +122,7 @@ def cached_upstream_registry(
     store: StateStore,
     subject: Subject,
     prefix: str = "vllm/",
-    read: Callable[[list[str]], Mapping[str, bytes]] | None = None,
+    read: SourceReader | None = None,
 ) -> list[Registration]:
     """`upstream_registry`, cached under a key of the tree's (path, blob) list: a second call reads one file."""
     entries = subject.entries()

@@ -133,6 +133,11 @@ class Pair:
     """Other upstream files whose code the local file also carries (a merge of several)."""
     status: Status = Status.LOCAL_ONLY
 
+    @property
+    def counterpart(self) -> str | None:
+        """The upstream file compared with the local one: paired, and present there (changed or identical)."""
+        return self.upstream if self.status in (Status.CHANGED, Status.IDENTICAL) else None
+
     def alternative(self, upstream: str, reason: str) -> None:
         if upstream != self.upstream and all(a.upstream != upstream for a in self.alternatives):
             self.alternatives.append(Alternative(upstream, reason))

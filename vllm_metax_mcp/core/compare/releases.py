@@ -25,7 +25,7 @@ from ..sources.git import Repository
 from ..sources.subjects import DirectorySubject, RevisionSubject, Subject
 from .inputs import PairingInputs
 from .pairing import build_trees, pair_files
-from .pairs import Pair, PluginPackage, Status
+from .pairs import Pair, PluginPackage
 from .textdiff import StatsCache
 
 MAX_RELEASES = 12
@@ -131,12 +131,13 @@ def closest_releases(
     for release in releases:
         pairs = (known or {}).get(release.commit or "") or release_pairs(local, release, cache, inputs)
         for pair in pairs:
-            if pair.upstream is None or pair.status not in (Status.CHANGED, Status.IDENTICAL):
+            upstream = pair.counterpart
+            if upstream is None:
                 continue
-            theirs, mine = release.subject.sha(pair.upstream), local.sha(pair.local)
-            counted = stats.get(theirs, mine, partial(_texts, release.subject, pair.upstream, local, pair.local))
+            theirs, mine = release.subject.sha(upstream), local.sha(pair.local)
+            counted = stats.get(theirs, mine, partial(_texts, release.subject, upstream, local, pair.local))
             found[pair.local].counterparts[release.label] = Counterpart(
-                pair.upstream, theirs, counted.added + counted.removed
+                upstream, theirs, counted.added + counted.removed
             )
     order = {release.label: position for position, release in enumerate(releases)}
     for item in found.values():

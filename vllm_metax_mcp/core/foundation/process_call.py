@@ -140,11 +140,16 @@ def _end_with_the_server() -> None:
         os.close(alive)
         forkserver._forkserver._forkserver_alive_fd = None  # type: ignore[attr-defined]
     signal.signal(signal.SIGHUP, _end_group)
-    prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)  # Linux; elsewhere the parent check below
-    if prctl is not None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGHUP)
+    _signal_on_parent_exit(signal.SIGHUP)
     if os.getppid() == 1:  # the forkserver was gone before the request took
         _end_group(signal.SIGHUP, None)
+
+
+def _signal_on_parent_exit(sig: signal.Signals) -> None:
+    """The kernel sends `sig` when the forking thread's process exits (Linux; elsewhere callers check the parent)."""
+    prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)
+    if prctl is not None:
+        prctl(PR_SET_PDEATHSIG, sig)
 
 
 def _end_group(signum: int, frame: Any) -> None:
@@ -160,9 +165,7 @@ def ends_with_its_parent(parent: int | None) -> None:
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
     if parent is None:
         return
-    prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)
-    if prctl is not None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    _signal_on_parent_exit(signal.SIGKILL)
     if os.getppid() != parent:  # the parent was gone before the request took (reparented to init or a subreaper)
         os._exit(0)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path, PurePosixPath
@@ -20,6 +20,10 @@ from ..foundation.policy import Policy, is_within, real
 from .git import Repository
 
 SKIPPED_DIRS = frozenset({".git", "__pycache__"})
+
+
+SourceReader = Callable[[list[str]], Mapping[str, bytes]]
+"""The bytes of the given paths of a subject (its own `read_many`, or a reader sharing one read of it)."""
 
 
 class SubjectKind(str, Enum):
